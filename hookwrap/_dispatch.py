@@ -1,0 +1,58 @@
+"""Chooses the per-call dispatch: compiled ``_fast`` or its pure twin ``_fast_py``.
+
+``HOOKWRAP_NO_EXTENSIONS=1`` (any non-empty value) forces the pure twin, as does
+a Python other than CPython or a missing build. Every other module imports the
+dispatch names from here, never from ``_fast``/``_fast_py`` directly.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+NO_EXTENSIONS = bool(os.environ.get("HOOKWRAP_NO_EXTENSIONS")) or (
+    sys.implementation.name != "cpython"
+)
+
+if TYPE_CHECKING:
+    # Type checkers read the typed pure twin; no stub file is needed.
+    from . import _fast_py as impl
+else:
+    impl = None
+    if not NO_EXTENSIONS:
+        try:
+            from . import _fast as impl
+        except ImportError:  # no compiler when installed: run on the pure twin
+            impl = None
+    if impl is None:
+        from . import _fast_py as impl
+
+USING_EXTENSION: bool = impl.__name__.endswith("._fast")
+
+ArgRef = impl.ArgRef
+Chain = impl.Chain
+HookState = impl.HookState
+JoinPoint = impl.JoinPoint
+Step = impl.Step
+current_version = impl.current_version
+invalidate = impl.invalidate
+run_chain = impl.run_chain
+set_resolvers = impl.set_resolvers
+
+# Plain constants: identical in both implementations (a test checks it).
+from ._fast_py import (  # noqa: E402
+    CLASSMETHOD,
+    FUNCTION,
+    KW_ONLY,
+    METHOD,
+    MISSING,
+    POS_ONLY,
+    POS_OR_KW,
+    POST,
+    PRE,
+    RETURN_VALUE,
+    STATE_KEY,
+    VAR_KW,
+    VAR_POS,
+)

@@ -1,0 +1,416 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Per-call dispatch, compiled. Same names and behaviour as ``_fast_py.py``.
+
+What makes it fast:
+
+* ``JoinPoint`` is a method descriptor with vectorcall (the flags CPython's own
+  functions carry), so ``obj.step(batch)`` calls it directly with ``obj`` as
+  first argument: no bound object per lookup, no argument tuple.
+* A call with nothing registered does: one type check against a cached chain,
+  one version compare, one instance-dict probe, then a vectorcall of the
+  wrapped function with the caller's own argument array.
+* Callbacks are called with a C array of arguments (vectorcall), following a
+  plan (``Step``/``ArgRef``) built at registration.
+
+Keep it in step with ``_fast_py.py``: the same test suite runs on both.
+"""
+
+cimport cython
+from cpython.object cimport PyObject, PyTypeObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.dict cimport PyDict_GetItem
+
+from inspect import Parameter
+from types import MethodType
+
+from .errors import callback_note as _callback_note
+from .errors import check_var_value as _check_var_value
+from .errors import missing_argument as _missing_argument
+from .errors import return_error as _return_error
+
+cdef extern from "Python.h":
+    object PyMethod_New(object func, object self)
+    object PyObject_Vectorcall(object callable, PyObject **args, size_t nargsf, PyObject *kwnames)
+    object PyVectorcall_Call(object callable, object tuple, object dict)
+    Py_ssize_t PyVectorcall_NARGS(size_t nargsf)
+    PyObject **_PyObject_GetDictPtr(object obj)
+
+cdef extern from *:
+    """
+    /* Give a static extension type the calling convention of CPython's own
+       functions: vectorcall, and LOAD_METHOD calling it unbound with the
+       instance as first argument (no bound method object built). */
+    static void hookwrap_enable_vectorcall(PyTypeObject *t, Py_ssize_t offset) {
+        t->tp_flags |= Py_TPFLAGS_METHOD_DESCRIPTOR | Py_TPFLAGS_HAVE_VECTORCALL;
+        t->tp_vectorcall_offset = offset;
+        PyType_Modified(t);
+    }
+    """
+    void hookwrap_enable_vectorcall(PyTypeObject *t, Py_ssize_t offset)
+
+cdef enum:
+    C_FUNCTION = 0
+    C_METHOD = 1
+    C_CLASSMETHOD = 2
+    C_POS_ONLY = 0
+    C_POS_OR_KW = 1
+    C_KW_ONLY = 2
+    C_VAR_POS = 3
+    C_VAR_KW = 4
+    C_RETURN_VALUE = 5
+    C_PRE = 0
+    C_POST = 1
+    MAX_STACK = 32
+
+FUNCTION = C_FUNCTION
+METHOD = C_METHOD
+CLASSMETHOD = C_CLASSMETHOD
+POS_ONLY = C_POS_ONLY
+POS_OR_KW = C_POS_OR_KW
+KW_ONLY = C_KW_ONLY
+VAR_POS = C_VAR_POS
+VAR_KW = C_VAR_KW
+RETURN_VALUE = C_RETURN_VALUE
+PRE = C_PRE
+POST = C_POST
+
+MISSING = Parameter.empty
+STATE_KEY = "__hookwrap__"
+
+cdef unsigned long long _version = 0
+cdef object _resolve_type = None
+cdef object _resolve_instance = None
+cdef object _run_async = None
+
+
+def invalidate():
+    """Mark every cached chain stale; called on any registration change."""
+    global _version
+    _version += 1
+
+
+def current_version():
+    return _version
+
+
+def set_resolvers(resolve_type, resolve_instance, run_async):
+    """Install the (pure Python) planners that build chains on a cache miss."""
+    global _resolve_type, _resolve_instance, _run_async
+    _resolve_type, _resolve_instance, _run_async = resolve_type, resolve_instance, run_async
+
+
+@cython.final
+cdef class ArgRef:
+    """Where one named argument of a join point lives in a call, planned once."""
+
+    cdef readonly int kind
+    cdef readonly Py_ssize_t index
+    cdef readonly object name
+    cdef readonly object default
+    cdef readonly object extra
+
+    def __init__(self, int kind, Py_ssize_t index, name, default, extra):
+        self.kind = kind
+        self.index = index
+        self.name = name
+        self.default = default
+        self.extra = extra
+
+    cpdef object read(self, object args, object kwargs):
+        cdef int kind = self.kind
+        if kind == C_POS_OR_KW:
+            if self.index < len(args):
+                return args[self.index]
+            return kwargs.get(self.name, self.default) if kwargs else self.default
+        if kind == C_POS_ONLY:
+            return args[self.index] if self.index < len(args) else self.default
+        if kind == C_KW_ONLY:
+            return kwargs.get(self.name, self.default) if kwargs else self.default
+        if kind == C_VAR_POS:
+            return tuple(args[self.index:])
+        if not kwargs:
+            return {}
+        return {k: v for k, v in kwargs.items() if k not in self.extra}
+
+    cpdef write(self, list args, dict kwargs, object value):
+        cdef int kind = self.kind
+        if kind == C_POS_OR_KW:
+            if self.index < len(args):
+                args[self.index] = value
+            else:
+                kwargs[self.name] = value
+        elif kind == C_POS_ONLY:
+            if self.index < len(args):
+                args[self.index] = value
+            else:  # positional-only and not passed: fill the gap with defaults
+                args.extend(self.extra[len(args):])
+                args.append(value)
+        elif kind == C_KW_ONLY:
+            kwargs[self.name] = value
+        elif kind == C_VAR_POS:
+            del args[self.index:]
+            args.extend(value)
+        else:
+            for key in [k for k in kwargs if k not in self.extra]:
+                del kwargs[key]
+            kwargs.update(value)
+
+
+@cython.final
+cdef class Step:
+    """One callback planned against one join point: what to pass, what comes back."""
+
+    cdef readonly object fn
+    cdef readonly object event
+    cdef readonly object label
+    cdef readonly int phase
+    cdef readonly bint pass_obj
+    cdef readonly tuple refs
+    cdef readonly tuple kwnames
+    cdef readonly Py_ssize_t consumes
+
+    def __init__(self, fn, event, label, int phase, bint pass_obj, tuple refs, tuple kwnames):
+        cdef ArgRef ref
+        self.fn = fn
+        self.event = event
+        self.label = label
+        self.phase = phase
+        self.pass_obj = pass_obj
+        self.refs = refs
+        self.kwnames = kwnames
+        if len(refs) + 1 > MAX_STACK:
+            raise ValueError(f"a callback may take at most {MAX_STACK - 1} arguments")
+        if phase == C_PRE:
+            self.consumes = len(refs)
+        else:
+            self.consumes = 0
+            for ref in refs:
+                if ref.kind == C_RETURN_VALUE:
+                    self.consumes += 1
+
+    cpdef object invoke(self, object obj, object args, object kwargs, object result):
+        """Call the callback with the arguments it named; return what it returned."""
+        cdef PyObject *stack[MAX_STACK]
+        cdef Py_ssize_t n = 0, i
+        cdef Py_ssize_t nkw = len(self.kwnames)
+        cdef ArgRef ref
+        cdef object value
+        try:
+            if self.pass_obj:
+                Py_INCREF(obj)
+                stack[0] = <PyObject *>obj
+                n = 1
+            for ref in self.refs:
+                value = result if ref.kind == C_RETURN_VALUE else ref.read(args, kwargs)
+                if value is MISSING:
+                    raise _missing_argument(self, ref)
+                Py_INCREF(value)
+                stack[n] = <PyObject *>value
+                n += 1
+            try:
+                if nkw:
+                    return PyObject_Vectorcall(self.fn, stack, n - nkw, <PyObject *>self.kwnames)
+                return PyObject_Vectorcall(self.fn, stack, n, NULL)
+            except BaseException as exc:
+                exc.add_note(_callback_note(self))
+                raise
+        finally:
+            for i in range(n):
+                Py_XDECREF(stack[i])
+
+    cpdef object absorb(self, object obj, list args, dict kwargs, object raw, object result):
+        """Apply what the callback returned (the return contract); returns the result."""
+        cdef Py_ssize_t n
+        cdef ArgRef ref
+        if self.phase == C_POST:
+            if self.consumes:
+                if raw is None and result is not None:
+                    raise _return_error(self, raw, ("return_value",))
+                return raw
+            if raw is not None:
+                raise _return_error(self, raw, ())
+            return result
+        n = self.consumes
+        if n == 0:
+            if raw is not None:
+                raise _return_error(self, raw, ())
+        elif n == 1:
+            ref = <ArgRef>self.refs[0]
+            if raw is None and ref.read(args, kwargs) is not None:
+                raise _return_error(self, raw, (ref.name,))
+            if ref.kind >= C_VAR_POS:
+                _check_var_value(self, ref, raw)
+            ref.write(args, kwargs, raw)
+        else:
+            if type(raw) is not tuple or len(<tuple>raw) != n:
+                raise _return_error(self, raw, tuple([r.name for r in self.refs]))
+            for ref, value in zip(self.refs, raw):
+                if value is None and ref.read(args, kwargs) is not None:
+                    raise _return_error(self, raw, tuple([r.name for r in self.refs]))
+                if ref.kind >= C_VAR_POS:
+                    _check_var_value(self, ref, value)
+            for ref, value in zip(self.refs, raw):
+                ref.write(args, kwargs, value)
+        return result
+
+
+@cython.final
+cdef class Chain:
+    """The ordered callbacks of one event for one class (or instance), with its cache key."""
+
+    cdef readonly object tp
+    cdef readonly unsigned long long version
+    cdef readonly bint fire
+    cdef readonly tuple pre
+    cdef readonly tuple post
+    cdef readonly bint empty
+
+    def __init__(self, tp, unsigned long long version, bint fire, tuple pre, tuple post):
+        self.tp = tp
+        self.version = version
+        self.fire = fire  # False when a subclass overrides this join point (super() call)
+        self.pre = pre
+        self.post = post
+        self.empty = not pre and not post
+
+
+cdef class HookState:
+    """Per-instance hook state, stored in ``obj.__dict__[STATE_KEY]``."""
+
+    cdef public dict chains
+
+    def __cinit__(self, *args, **kwargs):
+        self.chains = {}
+
+    cpdef Chain chain_for(self, JoinPoint jp, Chain type_chain):
+        cdef PyObject *cached = PyDict_GetItem(self.chains, jp)
+        if cached is not NULL and (<Chain>cached).version == _version:
+            return <Chain>cached
+        chain = _resolve_instance(self, jp, type_chain)
+        self.chains[jp] = chain
+        return chain
+
+
+cdef Chain _NO_CHAIN = Chain(MISSING, <unsigned long long>-1, False, (), ())
+
+
+cdef object _join_point_vectorcall(JoinPoint self, PyObject **args, size_t nargsf,
+                                   PyObject *kwnames):
+    cdef Py_ssize_t nargs = PyVectorcall_NARGS(nargsf)
+    cdef Py_ssize_t i, nkw
+    cdef object obj, tp
+    cdef Chain chain
+    cdef PyObject **dictptr
+    cdef PyObject *state
+    cdef list call_args
+    cdef dict call_kwargs
+    if self.binding == C_FUNCTION:
+        obj = None
+        tp = self.owner
+    elif nargs > 0:
+        obj = <object>args[0]
+        tp = obj if self.binding == C_CLASSMETHOD else type(obj)
+    else:  # called unbound without an object: let Python report it
+        return PyObject_Vectorcall(self.func, args, nargsf, kwnames)
+    chain = self._chain
+    if chain.tp is not tp or chain.version != _version:
+        chain = _resolve_type(self, tp)
+        self._chain = chain
+    if not chain.fire:
+        return PyObject_Vectorcall(self.func, args, nargsf, kwnames)
+    if obj is not None:
+        dictptr = _PyObject_GetDictPtr(obj)
+        if dictptr is not NULL and dictptr[0] is not NULL:
+            state = PyDict_GetItem(<object>dictptr[0], STATE_KEY)
+            if state is not NULL:
+                chain = (<HookState>state).chain_for(self, chain)
+    if chain.empty:
+        return PyObject_Vectorcall(self.func, args, nargsf, kwnames)
+    # Callbacks to run: take the arguments into a list and a dict they may rewrite.
+    call_args = [<object>args[i] for i in range(nargs)]
+    call_kwargs = {}
+    if kwnames is not NULL:
+        nkw = len(<tuple>kwnames)
+        for i in range(nkw):
+            call_kwargs[(<tuple>kwnames)[i]] = <object>args[nargs + i]
+    if self.is_async:
+        return _run_async(chain, self.func, obj, call_args, call_kwargs)
+    return _run_owned(chain, self.func, obj, call_args, call_kwargs)
+
+
+@cython.final
+cdef class JoinPoint:
+    """A hookable function or method: a descriptor that dispatches its callbacks."""
+
+    cdef void *vectorcall
+    cdef public object func
+    cdef public object event
+    cdef public bint explicit_event
+    cdef public int binding
+    cdef public object owner
+    cdef public object attr_name
+    cdef public bint is_async
+    cdef public dict chains
+    cdef Chain _chain
+    cdef dict __dict__
+
+    def __cinit__(self, *args, **kwargs):
+        self.vectorcall = <void *>_join_point_vectorcall
+        self._chain = _NO_CHAIN
+        self.chains = {}
+
+    def __init__(self, func, event, int binding):
+        from inspect import iscoroutinefunction
+
+        self.func = func
+        # Event name: the explicit one, else the attribute name in the class
+        # (__set_name__), else the function's __name__.
+        self.explicit_event = event is not None
+        self.event = event if event is not None else getattr(func, "__name__", "?")
+        self.binding = binding
+        self.owner = None
+        self.attr_name = None
+        self.is_async = iscoroutinefunction(func)
+
+    def __set_name__(self, owner, name):
+        self.owner = owner
+        self.attr_name = name
+        if not self.explicit_event:
+            self.event = name
+        if self.binding == C_FUNCTION:  # defined in a class body: an instance method
+            self.binding = C_METHOD
+
+    def __get__(self, obj, cls):
+        if obj is None:
+            return self
+        return PyMethod_New(self, obj)
+
+    def __call__(self, *args, **kwargs):
+        return PyVectorcall_Call(self, args, kwargs)
+
+    def __reduce__(self):
+        # Pickle by reference, like the function it wraps.
+        return self.__qualname__
+
+
+cdef JoinPoint _probe = JoinPoint.__new__(JoinPoint)
+hookwrap_enable_vectorcall(<PyTypeObject *>JoinPoint,
+                           <Py_ssize_t>(<char *>&_probe.vectorcall - <char *><PyObject *>_probe))
+_probe = None
+
+
+cdef object _run_owned(Chain chain, object func, object obj, list args, dict kwargs):
+    cdef Step step
+    for step in chain.pre:
+        raw = step.invoke(obj, args, kwargs, None)
+        step.absorb(obj, args, kwargs, raw, None)
+    result = func(*args, **kwargs)
+    for step in chain.post:
+        raw = step.invoke(obj, args, kwargs, result)
+        result = step.absorb(obj, args, kwargs, raw, result)
+    return result
+
+
+def run_chain(Chain chain, func, obj, args, kwargs):
+    """Run pre callbacks, the function, then post callbacks."""
+    return _run_owned(chain, func, obj, list(args), dict(kwargs))

@@ -1,0 +1,299 @@
+"""Per-call dispatch, pure Python twin of ``_fast.pyx``.
+
+Both modules export the same names with the same behaviour; ``_dispatch`` picks
+one. Everything here runs on every call of a join point, so it only follows
+plans built at registration (``signature.py``, ``registry.py``): no
+``inspect``, no sorting, no string formatting unless an error is being raised.
+Keep the two files in step: the test suite runs against both.
+"""
+
+from __future__ import annotations
+
+import inspect
+from types import MethodType
+from typing import Any, Callable
+
+from .errors import callback_note as _callback_note
+from .errors import check_var_value as _check_var_value
+from .errors import missing_argument as _missing_argument
+from .errors import return_error as _return_error
+
+# How a join point receives the object callbacks see as their first argument.
+FUNCTION = 0  # plain function or staticmethod: no object
+METHOD = 1  # instance method: args[0] is the instance
+CLASSMETHOD = 2  # args[0] is the class
+
+# What an ArgRef reads from a call.
+POS_ONLY = 0
+POS_OR_KW = 1
+KW_ONLY = 2
+VAR_POS = 3
+VAR_KW = 4
+RETURN_VALUE = 5
+
+PRE = 0
+POST = 1
+
+MISSING = inspect.Parameter.empty
+STATE_KEY = "__hookwrap__"
+
+_version = 0
+_resolve_type: Callable[..., Chain] | None = None
+_resolve_instance: Callable[..., Chain] | None = None
+_run_async: Callable[..., Any] | None = None
+
+
+def invalidate() -> None:
+    """Mark every cached chain stale; called on any registration change."""
+    global _version
+    _version += 1
+
+
+def current_version() -> int:
+    return _version
+
+
+def set_resolvers(resolve_type: Callable[..., Chain],
+                  resolve_instance: Callable[..., Chain],
+                  run_async: Callable[..., Any]) -> None:
+    """Install the (pure Python) planners that build chains on a cache miss."""
+    global _resolve_type, _resolve_instance, _run_async
+    _resolve_type, _resolve_instance, _run_async = resolve_type, resolve_instance, run_async
+
+
+class ArgRef:
+    """Where one named argument of a join point lives in a call, planned once."""
+
+    __slots__ = ("kind", "index", "name", "default", "extra")
+
+    def __init__(self, kind: int, index: int, name: str, default: Any, extra: Any) -> None:
+        self.kind = kind
+        self.index = index  # positional index (start of the extras for VAR_POS)
+        self.name = name
+        self.default = default
+        # POS_ONLY: defaults of the positions before `index` (to fill a gap);
+        # VAR_KW: names that are not extra keywords.
+        self.extra = extra
+
+    def read(self, args: Any, kwargs: dict[str, Any] | None) -> Any:
+        kind = self.kind
+        if kind == POS_OR_KW:
+            if self.index < len(args):
+                return args[self.index]
+            return kwargs.get(self.name, self.default) if kwargs else self.default
+        if kind == POS_ONLY:
+            return args[self.index] if self.index < len(args) else self.default
+        if kind == KW_ONLY:
+            return kwargs.get(self.name, self.default) if kwargs else self.default
+        if kind == VAR_POS:
+            return tuple(args[self.index:])
+        # VAR_KW
+        if not kwargs:
+            return {}
+        return {k: v for k, v in kwargs.items() if k not in self.extra}
+
+    def write(self, args: list[Any], kwargs: dict[str, Any], value: Any) -> None:
+        kind = self.kind
+        if kind == POS_OR_KW:
+            if self.index < len(args):
+                args[self.index] = value
+            else:
+                kwargs[self.name] = value
+        elif kind == POS_ONLY:
+            if self.index < len(args):
+                args[self.index] = value
+            else:  # positional-only and not passed: fill the gap with defaults
+                args.extend(self.extra[len(args):])
+                args.append(value)
+        elif kind == KW_ONLY:
+            kwargs[self.name] = value
+        elif kind == VAR_POS:
+            del args[self.index:]
+            args.extend(value)
+        else:  # VAR_KW
+            for key in [k for k in kwargs if k not in self.extra]:
+                del kwargs[key]
+            kwargs.update(value)
+
+
+class Step:
+    """One callback planned against one join point: what to pass, what comes back."""
+
+    __slots__ = ("fn", "event", "label", "phase", "pass_obj", "refs", "kwnames", "consumes")
+
+    def __init__(self, fn: Callable[..., Any], event: str, label: str, phase: int,
+                 pass_obj: bool, refs: tuple[ArgRef, ...], kwnames: tuple[str, ...]) -> None:
+        self.fn = fn
+        self.event = event
+        self.label = label
+        self.phase = phase
+        self.pass_obj = pass_obj
+        self.refs = refs
+        self.kwnames = kwnames  # the last len(kwnames) refs are passed by keyword
+        if phase == PRE:
+            self.consumes = len(refs)
+        else:
+            self.consumes = sum(1 for r in refs if r.kind == RETURN_VALUE)
+
+    def invoke(self, obj: Any, args: Any, kwargs: dict[str, Any] | None, result: Any) -> Any:
+        """Call the callback with the arguments it named; return what it returned."""
+        values = [obj] if self.pass_obj else []
+        for ref in self.refs:
+            value = result if ref.kind == RETURN_VALUE else ref.read(args, kwargs)
+            if value is MISSING:
+                raise _missing_argument(self, ref)
+            values.append(value)
+        try:
+            if self.kwnames:
+                n = len(self.kwnames)
+                keywords = dict(zip(self.kwnames, values[-n:]))
+                return self.fn(*values[:-n], **keywords)
+            return self.fn(*values)
+        except BaseException as exc:
+            exc.add_note(_callback_note(self))
+            raise
+
+    def absorb(self, obj: Any, args: list[Any], kwargs: dict[str, Any], raw: Any,
+               result: Any) -> Any:
+        """Apply what the callback returned (the return contract); returns the result."""
+        if self.phase == POST:
+            if self.consumes:
+                if raw is None and result is not None:
+                    raise _return_error(self, raw, ("return_value",))
+                return raw
+            if raw is not None:
+                raise _return_error(self, raw, ())
+            return result
+        n = self.consumes
+        if n == 0:
+            if raw is not None:
+                raise _return_error(self, raw, ())
+        elif n == 1:
+            ref = self.refs[0]
+            if raw is None and ref.read(args, kwargs) is not None:
+                raise _return_error(self, raw, (ref.name,))
+            _check_var_value(self, ref, raw)
+            ref.write(args, kwargs, raw)
+        else:
+            if type(raw) is not tuple or len(raw) != n:
+                raise _return_error(self, raw, tuple(r.name for r in self.refs))
+            for ref, value in zip(self.refs, raw):
+                if value is None and ref.read(args, kwargs) is not None:
+                    raise _return_error(self, raw, tuple(r.name for r in self.refs))
+                _check_var_value(self, ref, value)
+            for ref, value in zip(self.refs, raw):
+                ref.write(args, kwargs, value)
+        return result
+
+
+class Chain:
+    """The ordered callbacks of one event for one class (or instance), with its cache key."""
+
+    __slots__ = ("tp", "version", "fire", "pre", "post", "empty")
+
+    def __init__(self, tp: Any, version: int, fire: bool,
+                 pre: tuple[Step, ...], post: tuple[Step, ...]) -> None:
+        self.tp = tp
+        self.version = version
+        self.fire = fire  # False when a subclass overrides this join point (super() call)
+        self.pre = pre
+        self.post = post
+        self.empty = not pre and not post
+
+
+class HookState:
+    """Per-instance hook state, stored in ``obj.__dict__[STATE_KEY]``."""
+
+    __slots__ = ("chains", "__weakref__")
+
+    def __init__(self) -> None:
+        self.chains: dict[Any, Chain] = {}
+
+    def chain_for(self, jp: JoinPoint, type_chain: Chain) -> Chain:
+        chain = self.chains.get(jp)
+        if chain is None or chain.version != _version:
+            chain = _resolve_instance(self, jp, type_chain)
+            self.chains[jp] = chain
+        return chain
+
+
+_NO_CHAIN = Chain(MISSING, -1, False, (), ())
+
+
+class JoinPoint:
+    """A hookable function or method: a descriptor that dispatches its callbacks."""
+
+    def __init__(self, func: Callable[..., Any], event: str | None, binding: int) -> None:
+        self.func = func
+        # Event name: the explicit one, else the attribute name in the class
+        # (__set_name__), else the function's __name__.
+        self.explicit_event = event is not None
+        self.event = event if event is not None else getattr(func, "__name__", "?")
+        self.binding = binding
+        self.owner: type | None = None
+        self.attr_name: str | None = None
+        self.is_async = inspect.iscoroutinefunction(func)
+        self._chain = _NO_CHAIN
+        self.chains: dict[Any, Chain] = {}
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.owner = owner
+        self.attr_name = name
+        if not self.explicit_event:
+            self.event = name
+        if self.binding == FUNCTION:  # defined in a class body: an instance method
+            self.binding = METHOD
+
+    def __get__(self, obj: Any, cls: type | None = None) -> Any:
+        if obj is None:
+            return self
+        return MethodType(self, obj)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        binding = self.binding
+        if binding == FUNCTION:
+            obj = None
+            tp = self.owner
+        elif args:
+            obj = args[0]
+            tp = obj if binding == CLASSMETHOD else type(obj)
+        else:  # called unbound without an object: let Python report it
+            return self.func(*args, **kwargs)
+        chain = self._chain
+        if chain.tp is not tp or chain.version != _version:
+            chain = _resolve_type(self, tp)
+            self._chain = chain
+        if not chain.fire:
+            return self.func(*args, **kwargs)
+        if obj is not None:
+            state = getattr(obj, "__dict__", _EMPTY).get(STATE_KEY)
+            if state is not None:
+                chain = state.chain_for(self, chain)
+        if chain.empty:
+            return self.func(*args, **kwargs)
+        if self.is_async:
+            return _run_async(chain, self.func, obj, args, kwargs)
+        return run_chain(chain, self.func, obj, args, kwargs)
+
+    def __reduce__(self) -> str:
+        # Pickle by reference, like the function it wraps.
+        return self.__qualname__
+
+
+_EMPTY: dict[str, Any] = {}
+
+
+def run_chain(chain: Chain, func: Callable[..., Any], obj: Any, args: tuple[Any, ...],
+              kwargs: dict[str, Any]) -> Any:
+    """Run pre callbacks, the function, then post callbacks."""
+    if chain.pre:
+        args = list(args)  # type: ignore[assignment]
+        kwargs = dict(kwargs)
+        for step in chain.pre:
+            raw = step.invoke(obj, args, kwargs, None)
+            step.absorb(obj, args, kwargs, raw, None)  # type: ignore[arg-type]
+    result = func(*args, **kwargs)
+    for step in chain.post:
+        raw = step.invoke(obj, args, kwargs, result)
+        result = step.absorb(obj, args, kwargs, raw, result)  # type: ignore[arg-type]
+    return result

@@ -1,0 +1,93 @@
+"""The errors hookwrap raises. All derive from :class:`HookError`."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = [
+    "CallbackReturnError",
+    "CallbackSignatureError",
+    "HookError",
+    "UnknownEventError",
+    "closest",
+]
+
+
+class HookError(Exception):
+    """Base of every error hookwrap raises about how hooks are used."""
+
+
+class CallbackSignatureError(HookError, TypeError):
+    """A callback asks for arguments the join point cannot give it."""
+
+
+class CallbackReturnError(HookError, TypeError):
+    """A callback broke the return contract (it must return what it consumes)."""
+
+
+class UnknownEventError(HookError, LookupError):
+    """An event name that matches no join point."""
+
+
+def closest(name: str, candidates: Iterable[str]) -> str:
+    """A 'did you mean' fragment for error messages (empty when nothing is close)."""
+    matches = difflib.get_close_matches(name, sorted(set(candidates)), n=3, cutoff=0.5)
+    if not matches:
+        return ""
+    return " Did you mean " + " or ".join(repr(m) for m in matches) + "?"
+
+
+# Messages raised from the dispatch path. They are built only once a rule is
+# broken, so formatting never costs anything on a call that goes well. `step`
+# and `ref` are a dispatch Step / ArgRef (either implementation).
+
+_VAR_POS, _VAR_KW = 3, 4  # ArgRef kinds, see _fast_py
+
+
+def callback_note(step: Any) -> str:
+    return f"hookwrap: raised in callback {step.label} during event {step.event!r}"
+
+
+def missing_argument(step: Any, ref: Any) -> TypeError:
+    return TypeError(
+        f"callback {step.label} asks for argument {ref.name!r} of event {step.event!r}, "
+        f"but the call did not pass it and it has no default."
+    )
+
+
+def check_var_value(step: Any, ref: Any, value: Any) -> None:
+    """A replacement for ``*args``/``**kwargs`` must keep its container type."""
+    if ref.kind == _VAR_POS and not isinstance(value, (tuple, list)):
+        raise CallbackReturnError(
+            f"callback {step.label} for event {step.event!r} returned a "
+            f"{type(value).__name__} for *{ref.name}; return a tuple of positional arguments."
+        )
+    if ref.kind == _VAR_KW and not isinstance(value, dict):
+        raise CallbackReturnError(
+            f"callback {step.label} for event {step.event!r} returned a "
+            f"{type(value).__name__} for **{ref.name}; return a dict of keyword arguments."
+        )
+
+
+def return_error(step: Any, raw: Any, names: tuple[str, ...]) -> CallbackReturnError:
+    got = "None" if raw is None else f"a {type(raw).__name__} ({_short_repr(raw)})"
+    if not names:
+        want = "None, since it takes no arguments and so consumes nothing"
+        fix = "drop the return value, or take the argument you mean to replace"
+    elif len(names) == 1:
+        want = f"the value of {names[0]!r} (or a replacement)"
+        fix = f"end the callback with `return {names[0]}`"
+    else:
+        want = f"a tuple of {len(names)} values ({', '.join(names)})"
+        fix = f"end the callback with `return {', '.join(names)}`"
+    return CallbackReturnError(
+        f"callback {step.label} for event {step.event!r} returned {got}, "
+        f"but it must return {want}: a callback returns what it takes. Fix: {fix}."
+    )
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -1,0 +1,87 @@
+"""``Hookable`` (alias ``CallbackMixin``): the base class of hookable trainers."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ._dispatch import STATE_KEY
+from .errors import HookError
+from .hookable import hookable
+from .registry import (
+    ClassCallbacksAttribute,
+    Handle,
+    InstanceHooks,
+    declared_callbacks,
+    instance_state,
+    prepare_class,
+    register_on_instance,
+)
+
+__all__ = ["CallbackMixin", "Hookable"]
+
+
+class DeclaredCallbacks(list):  # type: ignore[type-arg]
+    """``SomeClass.callbacks``: the class's declared list, read-only after creation."""
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise HookError(
+            "a class's declared `callbacks` list is fixed when the class is created. "
+            "Register on one object with obj.callbacks.append(...) or obj.before(...), "
+            "or declare the entry in the class body."
+        )
+
+    append = extend = insert = remove = pop = clear = sort = reverse = _refuse
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse  # type: ignore[assignment]
+
+
+class _Callbacks(ClassCallbacksAttribute):
+    """``obj.callbacks`` is the object's own list; ``Cls.callbacks`` the declared one."""
+
+    def __get__(self, obj: Any, cls: type | None = None) -> Any:
+        if obj is None:
+            return DeclaredCallbacks(declared_callbacks(cls))
+        return instance_state(obj).callbacks  # type: ignore[union-attr]
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        instance_state(obj).callbacks[:] = list(value)  # type: ignore[union-attr]
+
+
+class Hookable:
+    """Base class whose hookable methods are join points; ``__init__`` is ``init``.
+
+    Callbacks come from each class's ``callbacks = [("pre-step", fn)]`` list and its
+    ``pre_step_callback``-style methods (base class first), then from the instance:
+    ``obj.callbacks.append(...)``, ``obj.before("step", fn)``, ``obj.after(...)``.
+    """
+
+    callbacks = _Callbacks()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        prepare_class(cls)
+
+    @hookable("init")
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+
+    def before(self, event: str, fn: Callable[..., Any] | None = None, /) -> Handle:
+        """Run ``fn`` before join point ``event`` (``pre-<event>``) on this object only."""
+        return register_on_instance(self, "pre", event, fn)
+
+    def after(self, event: str, fn: Callable[..., Any] | None = None, /) -> Handle:
+        """Run ``fn`` after join point ``event`` (``post-<event>``) on this object only."""
+        return register_on_instance(self, "post", event, fn)
+
+    def __copy__(self) -> Any:
+        # A shallow copy gets its own instance callbacks list (same entries), so
+        # registering on the copy does not change the original.
+        cls = type(self)
+        clone = cls.__new__(cls)
+        clone.__dict__.update(self.__dict__)
+        state = self.__dict__.get(STATE_KEY)
+        if state is not None:
+            clone.__dict__[STATE_KEY] = InstanceHooks(state.cls, state.callbacks)
+        return clone
+
+
+CallbackMixin = Hookable

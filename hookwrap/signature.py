@@ -1,0 +1,173 @@
+"""Registration-time planning: which arguments each callback gets, read once.
+
+A join point's parameters are read with ``inspect`` once (:class:`JoinPointSpec`);
+each callback's parameters are matched to them by name when it is registered
+(:func:`plan_step`), giving a dispatch ``Step`` that the per-call code follows
+without looking at a signature again.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+from ._dispatch import (
+    FUNCTION,
+    KW_ONLY,
+    MISSING,
+    POS_ONLY,
+    POS_OR_KW,
+    POST,
+    PRE,
+    RETURN_VALUE,
+    VAR_KW,
+    VAR_POS,
+    ArgRef,
+    Step,
+)
+from .errors import CallbackSignatureError
+
+__all__ = ["JoinPointSpec", "callable_label", "plan_step"]
+
+_P = inspect.Parameter
+_KINDS = {
+    _P.POSITIONAL_ONLY: POS_ONLY,
+    _P.POSITIONAL_OR_KEYWORD: POS_OR_KW,
+    _P.KEYWORD_ONLY: KW_ONLY,
+    _P.VAR_POSITIONAL: VAR_POS,
+    _P.VAR_KEYWORD: VAR_KW,
+}
+_RETURN_REF = ArgRef(RETURN_VALUE, -1, "return_value", MISSING, None)
+
+
+class JoinPointSpec:
+    """The parameters of a join point, with one ArgRef per name."""
+
+    __slots__ = ("event", "has_obj", "obj_name", "refs", "where")
+
+    def __init__(self, jp: Any) -> None:
+        self.event: str = jp.event
+        self.where = _join_point_label(jp)
+        self.has_obj = jp.binding != FUNCTION
+        try:
+            params = list(inspect.signature(jp.func).parameters.values())
+        except (TypeError, ValueError):
+            # A builtin without a signature: only *args/**kwargs are known.
+            params = [_P("args", _P.VAR_POSITIONAL), _P("kwargs", _P.VAR_KEYWORD)]
+        self.obj_name: str | None = None
+        if self.has_obj:
+            if not params or params[0].kind not in (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD):
+                raise CallbackSignatureError(
+                    f"{self.where} is hookable as a method but takes no positional "
+                    f"`self`/`cls` parameter; give it one, or make it a staticmethod."
+                )
+            self.obj_name = params[0].name
+        n_positional = sum(1 for p in params if p.kind in (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD))
+        keyword_names = frozenset(
+            p.name for p in params if p.kind in (_P.POSITIONAL_OR_KEYWORD, _P.KEYWORD_ONLY)
+        )
+        positional_defaults: list[Any] = []
+        self.refs: dict[str, ArgRef] = {}
+        for index, p in enumerate(params):
+            kind = _KINDS[p.kind]
+            if kind == POS_ONLY:
+                extra: Any = tuple(positional_defaults)
+            elif kind == VAR_KW:
+                extra = keyword_names
+            else:
+                extra = None
+            if kind == VAR_POS:
+                index = n_positional
+            if not (self.has_obj and index == 0 and kind in (POS_ONLY, POS_OR_KW)):
+                self.refs[p.name] = ArgRef(kind, index, p.name, p.default, extra)
+            if kind in (POS_ONLY, POS_OR_KW):
+                positional_defaults.append(p.default)
+
+    def valid_names(self, phase: int) -> str:
+        names = list(self.refs)
+        if phase == POST:
+            names.append("return_value")
+        return ", ".join(names) if names else "(none)"
+
+
+def callable_label(fn: Any) -> str:
+    """``module.qualname (file.py:12)``: how errors and notes name a callback."""
+    target = getattr(fn, "__func__", fn)
+    name = getattr(target, "__qualname__", None) or type(target).__qualname__
+    code = getattr(target, "__code__", None)
+    if code is None:
+        return name
+    return f"{name} ({code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno})"
+
+
+def plan_step(fn: Callable[..., Any], phase: int, spec: JoinPointSpec, pass_obj: bool) -> Any:
+    """Match a callback's parameters to the join point by name; return a dispatch Step.
+
+    Raises CallbackSignatureError naming the callback, the event and the fix.
+    """
+    event = f"{'pre' if phase == PRE else 'post'}-{spec.event}"
+    label = callable_label(fn)
+    where = f"callback {label} for event {event!r} of {spec.where}"
+    if not callable(fn):
+        raise CallbackSignatureError(f"{where}: {fn!r} is not callable; register a function.")
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError) as exc:
+        raise CallbackSignatureError(
+            f"{where}: cannot read its signature ({exc}); wrap it in a `def` that names "
+            f"the arguments it needs."
+        ) from None
+    for p in params:
+        if p.kind in (_P.VAR_POSITIONAL, _P.VAR_KEYWORD):
+            raise CallbackSignatureError(
+                f"{where}: takes {'*' if p.kind == _P.VAR_POSITIONAL else '**'}{p.name}, but "
+                f"callbacks get only the arguments they name. Name them instead. Valid "
+                f"names: {spec.valid_names(phase)}."
+            )
+    if pass_obj:
+        if not params or params[0].kind == _P.KEYWORD_ONLY:
+            raise CallbackSignatureError(
+                f"{where}: takes no `self` parameter. Its first parameter receives the "
+                f"hooked object; write `def {getattr(fn, '__name__', 'callback')}(self, ...)`."
+            )
+        first = params[0]
+        if first.name in spec.refs and first.name != spec.obj_name:
+            raise CallbackSignatureError(
+                f"{where}: its first parameter {first.name!r} would receive the hooked "
+                f"object, not the argument {first.name!r}. Add `self` before it: "
+                f"`def {getattr(fn, '__name__', 'callback')}(self, {first.name}, ...)`."
+            )
+        params = params[1:]
+    refs: list[Any] = []
+    kwnames: list[str] = []
+    by_keyword = False  # after a skipped parameter, the rest go by keyword
+    for p in params:
+        if p.name == "return_value" and phase == POST:
+            ref = _RETURN_REF
+        elif p.name in spec.refs:
+            ref = spec.refs[p.name]
+        elif p.default is not _P.empty:
+            by_keyword = True  # not an argument of this join point: its default stays
+            continue
+        else:
+            extra = " (return_value is given to post callbacks only)" if p.name == "return_value" else ""
+            raise CallbackSignatureError(
+                f"{where}: asks for {p.name!r}, which {spec.where} does not have{extra}. "
+                f"Valid names: {spec.valid_names(phase)}."
+            )
+        if by_keyword or p.kind == _P.KEYWORD_ONLY:
+            if p.kind == _P.POSITIONAL_ONLY:
+                raise CallbackSignatureError(
+                    f"{where}: positional-only parameter {p.name!r} follows a parameter that "
+                    f"is not passed; make it a normal parameter."
+                )
+            kwnames.append(p.name)
+        refs.append(ref)
+    return Step(fn, event, label, phase, pass_obj, tuple(refs), tuple(kwnames))
+
+
+def _join_point_label(jp: Any) -> str:
+    owner = jp.owner
+    name = jp.attr_name or getattr(jp.func, "__name__", "?")
+    place = f"{owner.__qualname__}.{name}" if owner is not None else getattr(jp.func, "__qualname__", name)
+    return f"join point {jp.event!r} ({place})"

@@ -1,0 +1,175 @@
+"""DESIGN §3, instance tier: obj.callbacks, before/after, handles."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+
+def make(hw, log):
+    class Trainer(hw.Hookable):
+        @hw.hookable("loss")
+        def compute_loss(self, batch):
+            log.append(("loss", batch))
+            return batch
+
+        def pre_loss_callback(self, batch):
+            log.append("class")
+            return batch
+
+    return Trainer
+
+
+def test_instance_callbacks_run_after_the_class_tier_in_registration_order(hw):
+    log = []
+    t = make(hw, log)()
+    t.after("loss", lambda self: log.append("after 1"))
+    t.callbacks.append(("pre-loss", lambda self: log.append("list")))
+    t.before("loss", lambda self: log.append("before"))
+    t.after("loss", lambda self: log.append("after 2"))
+    t.compute_loss(1)
+    assert log == ["class", "list", "before", ("loss", 1), "after 1", "after 2"]
+
+
+def test_registration_is_per_instance(hw):
+    log = []
+    Trainer = make(hw, log)
+    a, b = Trainer(), Trainer()
+    a.before("loss", lambda self, batch: batch * 10)
+    assert a.compute_loss(1) == 10
+    assert b.compute_loss(1) == 1
+
+
+def test_decorator_form_returns_the_function_and_its_handle_removes_it(hw):
+    log = []
+    t = make(hw, log)()
+    register = t.before("loss")
+
+    @register
+    def double(self, batch):
+        return batch * 2
+
+    assert callable(double) and double.__name__ == "double"
+    assert t.compute_loss(2) == 4
+    register.remove()
+    assert t.compute_loss(2) == 2
+    assert t.callbacks == []
+
+
+def test_handle_remove_is_idempotent_and_a_context_manager(hw):
+    log = []
+    t = make(hw, log)()
+    handle = t.before("loss", lambda self, batch: batch + 1)
+    assert handle.active
+    handle.remove()
+    handle.remove()
+    assert not handle.active
+    with t.before("loss", lambda self, batch: batch + 5) as h:
+        assert t.compute_loss(0) == 5
+        assert h.active
+    assert t.compute_loss(0) == 0
+
+
+def test_handle_removes_its_own_entry_not_an_equal_one(hw):
+    t = make(hw, [])()
+
+    def add(self, batch):
+        return batch + 1
+
+    first = t.before("loss", add)
+    t.before("loss", add)
+    first.remove()
+    assert t.compute_loss(0) == 1
+    assert len(t.callbacks) == 1
+
+
+def test_list_mutations_take_effect_at_the_next_call(hw):
+    t = make(hw, [])()
+
+    def add(self, batch):
+        return batch + 1
+
+    t.callbacks.append(("pre-loss", add))
+    t.callbacks.extend([("pre-loss", add)])
+    t.callbacks += [("pre-loss", add)]
+    t.callbacks.insert(0, ("pre-loss", add))
+    assert t.compute_loss(0) == 4
+    t.callbacks.pop()
+    del t.callbacks[0]
+    assert t.compute_loss(0) == 2
+    t.callbacks[0] = ("pre-loss", lambda self, batch: batch * 100)
+    assert t.compute_loss(1) == 101
+    t.callbacks.remove(t.callbacks[1])
+    assert t.compute_loss(1) == 100
+    t.callbacks.clear()
+    assert t.compute_loss(1) == 1
+    t.callbacks = [("pre-loss", add)]
+    assert t.compute_loss(1) == 2
+    with pytest.raises(hw.CallbackSignatureError):
+        t.callbacks[0] = ("pre-loss", lambda self, nope: nope)
+    with pytest.raises(hw.CallbackSignatureError):
+        t.callbacks = [("pre-loss", lambda self, nope: nope)]
+    assert t.compute_loss(1) == 2
+
+
+def test_registering_during_a_dispatch_affects_only_the_next_call(hw):
+    log = []
+    t = make(hw, log)()
+
+    def adds_another(self):
+        log.append("first")
+        self.before("loss", lambda self: log.append("added"))
+
+    h = t.before("loss", adds_another)
+    t.compute_loss(0)
+    assert log == ["class", "first", ("loss", 0)]
+    h.remove()
+    log.clear()
+    t.compute_loss(0)
+    assert log == ["class", "added", ("loss", 0)]
+
+
+def test_removing_during_a_dispatch_affects_only_the_next_call(hw):
+    log = []
+    t = make(hw, log)()
+    handles = []
+
+    def removes_next(self):
+        log.append("remover")
+        handles[1].remove()
+
+    handles.append(t.before("loss", removes_next))
+    handles.append(t.before("loss", lambda self: log.append("removed next time")))
+    t.compute_loss(0)
+    t.compute_loss(0)
+    assert log == ["class", "remover", "removed next time", ("loss", 0), "class", "remover", ("loss", 0)]
+
+
+def test_concurrent_registration_loses_nothing(hw):
+    t = make(hw, [])()
+    hits = []
+
+    def worker(n):
+        for i in range(50):
+            t.after("loss", lambda self, n=n, i=i: hits.append((n, i)))
+            t.compute_loss(0)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert len(t.callbacks) == 200
+    hits.clear()
+    t.compute_loss(0)
+    assert sorted(hits) == sorted((n, i) for n in range(4) for i in range(50))
+
+
+def test_repr_of_a_handle(hw):
+    t = make(hw, [])()
+    h = t.before("loss", lambda self: None)
+    assert "active" in repr(h)
+    h.remove()
+    assert "removed" in repr(h)
+    assert "pending" in repr(t.before("loss"))

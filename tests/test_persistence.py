@@ -1,0 +1,64 @@
+"""Join points pickle by reference; hookable objects pickle and copy with their callbacks."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import pytest
+
+from tests import _pickle_targets as targets
+
+
+@pytest.fixture
+def built(hw):
+    targets.build(hw)
+    return targets
+
+
+def test_module_level_join_point_pickles_by_reference(built):
+    assert pickle.loads(pickle.dumps(built.train_step)) is built.train_step
+    assert copy.deepcopy(built.train_step) is built.train_step
+
+
+def test_bound_join_point_pickles(built):
+    t = built.Trainer(lr=1)
+    step = pickle.loads(pickle.dumps(t.compute_loss))
+    assert step(1) == 2
+
+
+def test_hookable_object_pickles_with_its_instance_callbacks(built):
+    t = built.Trainer(lr=0.5)
+    t.before("loss", built.double_batch)
+    clone = pickle.loads(pickle.dumps(t))
+    assert clone.compute_loss(2) == 4.5
+    assert clone.callbacks == [("pre-loss", built.double_batch)]
+    clone.callbacks.clear()  # the clone's list is its own
+    assert clone.compute_loss(2) == 2.5
+    assert t.compute_loss(2) == 4.5
+
+
+def test_deepcopy_copies_the_callbacks(built):
+    t = built.Trainer()
+    t.before("loss", lambda self, batch: batch * 10)
+    clone = copy.deepcopy(t)
+    assert clone.compute_loss(1) == pytest.approx(10.1)
+    clone.callbacks.clear()
+    assert clone.compute_loss(1) == pytest.approx(1.1)
+    assert t.compute_loss(1) == pytest.approx(10.1)
+
+
+def test_shallow_copy_gets_its_own_callback_list(built):
+    t = built.Trainer()
+    t.before("loss", lambda self, batch: batch * 10)
+    clone = copy.copy(t)
+    assert clone.compute_loss(1) == pytest.approx(10.1)
+    clone.before("loss", lambda self, batch: batch + 1000)
+    assert t.compute_loss(1) == pytest.approx(10.1)
+    assert clone.compute_loss(1) == pytest.approx(1010.1)
+
+
+def test_object_without_instance_callbacks_pickles_plainly(built):
+    t = built.Trainer(lr=3)
+    clone = pickle.loads(pickle.dumps(t))
+    assert clone.compute_loss(1) == 4
