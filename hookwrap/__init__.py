@@ -3,6 +3,15 @@
 from __future__ import annotations
 
 from ._dispatch import USING_EXTENSION
+from .api import after
+from .api import around
+from .api import before
+from .api import on
+from .api import on_error
+from .callback import Callback
+from .callback import register_global_callback
+from .describe import describe
+from .emit import emit
 from .errors import CallbackReturnError
 from .errors import CallbackSignatureError
 from .errors import HookError
@@ -11,8 +20,10 @@ from .hookable import hookable
 from .mixin import CallbackMixin
 from .mixin import Hookable
 from .registry import Handle
+from .weave import weave
 
 __all__ = [
+    "Callback",
     "CallbackMixin",
     "CallbackReturnError",
     "CallbackSignatureError",
@@ -21,7 +32,16 @@ __all__ = [
     "Hookable",
     "USING_EXTENSION",
     "UnknownEventError",
+    "after",
+    "around",
+    "before",
+    "describe",
+    "emit",
     "hookable",
+    "on",
+    "on_error",
+    "register_global_callback",
+    "weave",
 ]
 
 __version__ = "0.1.0"

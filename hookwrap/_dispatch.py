@@ -34,15 +34,21 @@ ArgRef = impl.ArgRef
 Chain = impl.Chain
 HookState = impl.HookState
 JoinPoint = impl.JoinPoint
+Proceed = impl.Proceed
 Step = impl.Step
+call_around = impl.call_around
 current_version = impl.current_version
 invalidate = impl.invalidate
 run_chain = impl.run_chain
+run_error_steps = impl.run_error_steps
 set_resolvers = impl.set_resolvers
 
 # Plain constants: identical in both implementations (a test checks it).
 from ._fast_py import (  # noqa: E402
+    AROUND,
     CLASSMETHOD,
+    ERROR,
+    EXCEPTION,
     FUNCTION,
     KW_ONLY,
     METHOD,

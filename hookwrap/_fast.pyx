@@ -26,6 +26,7 @@ from types import MethodType
 from .errors import callback_note as _callback_note
 from .errors import check_var_value as _check_var_value
 from .errors import missing_argument as _missing_argument
+from .errors import proceed_twice as _proceed_twice
 from .errors import return_error as _return_error
 
 cdef extern from "Python.h":
@@ -58,8 +59,11 @@ cdef enum:
     C_VAR_POS = 3
     C_VAR_KW = 4
     C_RETURN_VALUE = 5
+    C_EXCEPTION = 6
     C_PRE = 0
     C_POST = 1
+    C_AROUND = 2
+    C_ERROR = 3
     MAX_STACK = 32
 
 FUNCTION = C_FUNCTION
@@ -71,8 +75,11 @@ KW_ONLY = C_KW_ONLY
 VAR_POS = C_VAR_POS
 VAR_KW = C_VAR_KW
 RETURN_VALUE = C_RETURN_VALUE
+EXCEPTION = C_EXCEPTION
 PRE = C_PRE
 POST = C_POST
+AROUND = C_AROUND
+ERROR = C_ERROR
 
 MISSING = Parameter.empty
 STATE_KEY = "__hookwrap__"
@@ -167,9 +174,11 @@ cdef class Step:
     cdef readonly bint pass_obj
     cdef readonly tuple refs
     cdef readonly tuple kwnames
+    cdef readonly object gate
     cdef readonly Py_ssize_t consumes
 
-    def __init__(self, fn, event, label, int phase, bint pass_obj, tuple refs, tuple kwnames):
+    def __init__(self, fn, event, label, int phase, bint pass_obj, tuple refs, tuple kwnames,
+                 gate=None):
         cdef ArgRef ref
         self.fn = fn
         self.event = event
@@ -178,6 +187,7 @@ cdef class Step:
         self.pass_obj = pass_obj
         self.refs = refs
         self.kwnames = kwnames
+        self.gate = gate  # a filter (every/once/when) with .admit(obj), or None
         if len(refs) + 1 > MAX_STACK:
             raise ValueError(f"a callback may take at most {MAX_STACK - 1} arguments")
         if phase == C_PRE:
@@ -201,7 +211,7 @@ cdef class Step:
                 stack[0] = <PyObject *>obj
                 n = 1
             for ref in self.refs:
-                value = result if ref.kind == C_RETURN_VALUE else ref.read(args, kwargs)
+                value = result if ref.kind >= C_RETURN_VALUE else ref.read(args, kwargs)
                 if value is MISSING:
                     raise _missing_argument(self, ref)
                 Py_INCREF(value)
@@ -222,6 +232,10 @@ cdef class Step:
         """Apply what the callback returned (the return contract); returns the result."""
         cdef Py_ssize_t n
         cdef ArgRef ref
+        if self.phase == C_ERROR:
+            if raw is not None:
+                raise _return_error(self, raw, ())
+            return result
         if self.phase == C_POST:
             if self.consumes:
                 if raw is None and result is not None:
@@ -263,15 +277,20 @@ cdef class Chain:
     cdef readonly bint fire
     cdef readonly tuple pre
     cdef readonly tuple post
+    cdef readonly tuple around
+    cdef readonly tuple error
     cdef readonly bint empty
 
-    def __init__(self, tp, unsigned long long version, bint fire, tuple pre, tuple post):
+    def __init__(self, tp, unsigned long long version, bint fire, tuple pre, tuple post,
+                 tuple around=(), tuple error=()):
         self.tp = tp
         self.version = version
         self.fire = fire  # False when a subclass overrides this join point (super() call)
         self.pre = pre
         self.post = post
-        self.empty = not pre and not post
+        self.around = around
+        self.error = error
+        self.empty = not (pre or post or around or error)
 
 
 cdef class HookState:
@@ -353,6 +372,7 @@ cdef class JoinPoint:
     cdef public dict chains
     cdef Chain _chain
     cdef dict __dict__
+    cdef object __weakref__
 
     def __cinit__(self, *args, **kwargs):
         self.vectorcall = <void *>_join_point_vectorcall
@@ -400,17 +420,97 @@ _probe = None
 
 
 cdef object _run_owned(Chain chain, object func, object obj, list args, dict kwargs):
+    if not chain.error:
+        return _run_main(chain, func, obj, args, kwargs)
+    try:
+        return _run_main(chain, func, obj, args, kwargs)
+    except Exception as exc:
+        run_error_steps(chain, obj, args, kwargs, exc)
+        raise
+
+
+cdef object _run_main(Chain chain, object func, object obj, list args, dict kwargs):
     cdef Step step
     for step in chain.pre:
-        raw = step.invoke(obj, args, kwargs, None)
-        step.absorb(obj, args, kwargs, raw, None)
-    result = func(*args, **kwargs)
+        if step.gate is None or step.gate.admit(obj):
+            raw = step.invoke(obj, args, kwargs, None)
+            step.absorb(obj, args, kwargs, raw, None)
+    if chain.around:
+        # Around advice sees the call's own arguments, without the object.
+        result = call_around(chain.around, 0, func, obj,
+                             tuple(args[1:] if chain.around[0].pass_obj else args), kwargs)
+    else:
+        result = func(*args, **kwargs)
     for step in chain.post:
-        raw = step.invoke(obj, args, kwargs, result)
-        result = step.absorb(obj, args, kwargs, raw, result)
+        if step.gate is None or step.gate.admit(obj):
+            raw = step.invoke(obj, args, kwargs, result)
+            result = step.absorb(obj, args, kwargs, raw, result)
     return result
 
 
 def run_chain(Chain chain, func, obj, args, kwargs):
-    """Run pre callbacks, the function, then post callbacks."""
+    """Run pre callbacks, the function (inside any around advice), then post callbacks;
+    error callbacks observe an exception raised on the way."""
     return _run_owned(chain, func, obj, list(args), dict(kwargs))
+
+
+def run_error_steps(Chain chain, obj, list args, dict kwargs, exc):
+    cdef Step step
+    for step in chain.error:
+        if step.gate is None or step.gate.admit(obj):
+            raw = step.invoke(obj, args, kwargs, exc)
+            step.absorb(obj, args, kwargs, raw, None)
+
+
+@cython.final
+cdef class Proceed:
+    """What an around callback calls to run the rest: inner advice, then the function."""
+
+    cdef readonly tuple around
+    cdef readonly Py_ssize_t index
+    cdef readonly object func
+    cdef readonly object obj
+    cdef readonly bint called
+    cdef readonly object raised
+
+    def __init__(self, tuple around, Py_ssize_t index, func, obj):
+        self.around = around
+        self.index = index
+        self.func = func
+        self.obj = obj
+        self.called = False
+        self.raised = None
+
+    def __call__(self, *args, **kwargs):
+        if self.called:
+            raise _proceed_twice(self.around[self.index])
+        self.called = True
+        try:
+            return call_around(self.around, self.index + 1, self.func, self.obj, args, kwargs)
+        except BaseException as exc:
+            self.raised = exc  # passed through: not the around callback's own error
+            raise
+
+
+cpdef object call_around(tuple around, Py_ssize_t index, object func, object obj,
+                         tuple args, dict kwargs):
+    """Call around advice ``index`` (skipping filtered ones), or the function."""
+    cdef Py_ssize_t n = len(around)
+    cdef Step step
+    cdef Proceed proceed
+    while index < n:
+        step = around[index]
+        if step.gate is None or step.gate.admit(obj):
+            proceed = Proceed(around, index, func, obj)
+            try:
+                if step.pass_obj:
+                    return step.fn(obj, proceed, *args, **kwargs)
+                return step.fn(proceed, *args, **kwargs)
+            except BaseException as exc:
+                if exc is not proceed.raised:
+                    exc.add_note(_callback_note(step))
+                raise
+        index += 1
+    if around[0].pass_obj:
+        return func(obj, *args, **kwargs)
+    return func(*args, **kwargs)

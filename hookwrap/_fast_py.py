@@ -16,6 +16,7 @@ from typing import Any, Callable
 from .errors import callback_note as _callback_note
 from .errors import check_var_value as _check_var_value
 from .errors import missing_argument as _missing_argument
+from .errors import proceed_twice as _proceed_twice
 from .errors import return_error as _return_error
 
 # How a join point receives the object callbacks see as their first argument.
@@ -29,10 +30,14 @@ POS_OR_KW = 1
 KW_ONLY = 2
 VAR_POS = 3
 VAR_KW = 4
-RETURN_VALUE = 5
+RETURN_VALUE = 5  # the result, given to post callbacks
+EXCEPTION = 6  # the exception, given to error callbacks
 
+# Phases of a Step.
 PRE = 0
 POST = 1
+AROUND = 2
+ERROR = 3
 
 MISSING = inspect.Parameter.empty
 STATE_KEY = "__hookwrap__"
@@ -119,10 +124,11 @@ class ArgRef:
 class Step:
     """One callback planned against one join point: what to pass, what comes back."""
 
-    __slots__ = ("fn", "event", "label", "phase", "pass_obj", "refs", "kwnames", "consumes")
+    __slots__ = ("fn", "event", "label", "phase", "pass_obj", "refs", "kwnames", "gate", "consumes")
 
     def __init__(self, fn: Callable[..., Any], event: str, label: str, phase: int,
-                 pass_obj: bool, refs: tuple[ArgRef, ...], kwnames: tuple[str, ...]) -> None:
+                 pass_obj: bool, refs: tuple[ArgRef, ...], kwnames: tuple[str, ...],
+                 gate: Any = None) -> None:
         self.fn = fn
         self.event = event
         self.label = label
@@ -130,6 +136,7 @@ class Step:
         self.pass_obj = pass_obj
         self.refs = refs
         self.kwnames = kwnames  # the last len(kwnames) refs are passed by keyword
+        self.gate = gate  # a filter (every/once/when) with .admit(obj), or None
         if phase == PRE:
             self.consumes = len(refs)
         else:
@@ -139,7 +146,7 @@ class Step:
         """Call the callback with the arguments it named; return what it returned."""
         values = [obj] if self.pass_obj else []
         for ref in self.refs:
-            value = result if ref.kind == RETURN_VALUE else ref.read(args, kwargs)
+            value = result if ref.kind >= RETURN_VALUE else ref.read(args, kwargs)
             if value is MISSING:
                 raise _missing_argument(self, ref)
             values.append(value)
@@ -156,6 +163,10 @@ class Step:
     def absorb(self, obj: Any, args: list[Any], kwargs: dict[str, Any], raw: Any,
                result: Any) -> Any:
         """Apply what the callback returned (the return contract); returns the result."""
+        if self.phase == ERROR:
+            if raw is not None:
+                raise _return_error(self, raw, ())
+            return result
         if self.phase == POST:
             if self.consumes:
                 if raw is None and result is not None:
@@ -189,22 +200,25 @@ class Step:
 class Chain:
     """The ordered callbacks of one event for one class (or instance), with its cache key."""
 
-    __slots__ = ("tp", "version", "fire", "pre", "post", "empty")
+    __slots__ = ("tp", "version", "fire", "pre", "post", "around", "error", "empty")
 
-    def __init__(self, tp: Any, version: int, fire: bool,
-                 pre: tuple[Step, ...], post: tuple[Step, ...]) -> None:
+    def __init__(self, tp: Any, version: int, fire: bool, pre: tuple[Step, ...],
+                 post: tuple[Step, ...], around: tuple[Step, ...] = (),
+                 error: tuple[Step, ...] = ()) -> None:
         self.tp = tp
         self.version = version
         self.fire = fire  # False when a subclass overrides this join point (super() call)
         self.pre = pre
         self.post = post
-        self.empty = not pre and not post
+        self.around = around
+        self.error = error
+        self.empty = not (pre or post or around or error)
 
 
 class HookState:
     """Per-instance hook state, stored in ``obj.__dict__[STATE_KEY]``."""
 
-    __slots__ = ("chains", "__weakref__")
+    __slots__ = ("chains",)
 
     def __init__(self) -> None:
         self.chains: dict[Any, Chain] = {}
@@ -272,8 +286,8 @@ class JoinPoint:
         if chain.empty:
             return self.func(*args, **kwargs)
         if self.is_async:
-            return _run_async(chain, self.func, obj, args, kwargs)
-        return run_chain(chain, self.func, obj, args, kwargs)
+            return _run_async(chain, self.func, obj, list(args), kwargs)
+        return _run_owned(chain, self.func, obj, list(args), kwargs)
 
     def __reduce__(self) -> str:
         # Pickle by reference, like the function it wraps.
@@ -285,15 +299,91 @@ _EMPTY: dict[str, Any] = {}
 
 def run_chain(chain: Chain, func: Callable[..., Any], obj: Any, args: tuple[Any, ...],
               kwargs: dict[str, Any]) -> Any:
-    """Run pre callbacks, the function, then post callbacks."""
-    if chain.pre:
-        args = list(args)  # type: ignore[assignment]
-        kwargs = dict(kwargs)
-        for step in chain.pre:
+    """Run pre callbacks, the function (inside any around advice), then post callbacks;
+    error callbacks observe an exception raised on the way."""
+    return _run_owned(chain, func, obj, list(args), dict(kwargs))
+
+
+def _run_owned(chain: Chain, func: Callable[..., Any], obj: Any, args: list[Any],
+               kwargs: dict[str, Any]) -> Any:
+    if not chain.error:
+        return _run_main(chain, func, obj, args, kwargs)
+    try:
+        return _run_main(chain, func, obj, args, kwargs)
+    except Exception as exc:
+        run_error_steps(chain, obj, args, kwargs, exc)
+        raise
+
+
+def _run_main(chain: Chain, func: Callable[..., Any], obj: Any, args: list[Any],
+              kwargs: dict[str, Any]) -> Any:
+    for step in chain.pre:
+        if step.gate is None or step.gate.admit(obj):
             raw = step.invoke(obj, args, kwargs, None)
-            step.absorb(obj, args, kwargs, raw, None)  # type: ignore[arg-type]
-    result = func(*args, **kwargs)
+            step.absorb(obj, args, kwargs, raw, None)
+    if chain.around:
+        # Around advice sees the call's own arguments, without the object.
+        result = call_around(chain.around, 0, func, obj,
+                             tuple(args[1:] if chain.around[0].pass_obj else args), kwargs)
+    else:
+        result = func(*args, **kwargs)
     for step in chain.post:
-        raw = step.invoke(obj, args, kwargs, result)
-        result = step.absorb(obj, args, kwargs, raw, result)  # type: ignore[arg-type]
+        if step.gate is None or step.gate.admit(obj):
+            raw = step.invoke(obj, args, kwargs, result)
+            result = step.absorb(obj, args, kwargs, raw, result)
     return result
+
+
+def run_error_steps(chain: Chain, obj: Any, args: list[Any], kwargs: dict[str, Any],
+                    exc: BaseException) -> None:
+    for step in chain.error:
+        if step.gate is None or step.gate.admit(obj):
+            raw = step.invoke(obj, args, kwargs, exc)
+            step.absorb(obj, args, kwargs, raw, None)
+
+
+class Proceed:
+    """What an around callback calls to run the rest: inner advice, then the function."""
+
+    __slots__ = ("around", "index", "func", "obj", "called", "raised")
+
+    def __init__(self, around: tuple[Step, ...], index: int, func: Callable[..., Any],
+                 obj: Any) -> None:
+        self.around = around
+        self.index = index
+        self.func = func
+        self.obj = obj
+        self.called = False
+        self.raised: BaseException | None = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.called:
+            raise _proceed_twice(self.around[self.index])
+        self.called = True
+        try:
+            return call_around(self.around, self.index + 1, self.func, self.obj, args, kwargs)
+        except BaseException as exc:
+            self.raised = exc  # passed through: not the around callback's own error
+            raise
+
+
+def call_around(around: tuple[Step, ...], index: int, func: Callable[..., Any], obj: Any,
+                args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Call around advice ``index`` (skipping filtered ones), or the function."""
+    n = len(around)
+    while index < n:
+        step = around[index]
+        if step.gate is None or step.gate.admit(obj):
+            proceed = Proceed(around, index, func, obj)
+            try:
+                if step.pass_obj:
+                    return step.fn(obj, proceed, *args, **kwargs)
+                return step.fn(proceed, *args, **kwargs)
+            except BaseException as exc:
+                if exc is not proceed.raised:
+                    exc.add_note(_callback_note(step))
+                raise
+        index += 1
+    if around[0].pass_obj:
+        return func(obj, *args, **kwargs)
+    return func(*args, **kwargs)

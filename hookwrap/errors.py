@@ -71,8 +71,17 @@ def check_var_value(step: Any, ref: Any, value: Any) -> None:
         )
 
 
+_ERROR_PHASE = 3  # Step.phase of error callbacks, see _fast_py
+
+
 def return_error(step: Any, raw: Any, names: tuple[str, ...]) -> CallbackReturnError:
     got = "None" if raw is None else f"a {type(raw).__name__} ({_short_repr(raw)})"
+    if step.phase == _ERROR_PHASE:
+        return CallbackReturnError(
+            f"error callback {step.label} for event {step.event!r} returned {got}, but error "
+            f"callbacks observe: they return None and the exception propagates. To recover "
+            f"from the error, use around advice (obj.around) instead."
+        )
     if not names:
         want = "None, since it takes no arguments and so consumes nothing"
         fix = "drop the return value, or take the argument you mean to replace"
@@ -91,3 +100,10 @@ def return_error(step: Any, raw: Any, names: tuple[str, ...]) -> CallbackReturnE
 def _short_repr(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def proceed_twice(step: Any) -> HookError:
+    return HookError(
+        f"around callback {step.label} for event {step.event!r} called proceed() a second "
+        f"time; call it at most once (to retry, loop inside a single call of the join point)."
+    )

@@ -1,20 +1,33 @@
-"""Event names: ``pre-X``, ``post-X`` (``around-X``, ``error-X`` later) for a join point ``X``.
+"""Event names.
 
-The phase is the exact prefix before the first ``-`` -- never a substring test
-(ArcticTraining treats ``post-predict`` as a pre event because ``"pre" in`` it).
+A join point ``X`` has the events ``pre-X``, ``post-X``, ``around-X`` and
+``error-X``. The phase is the exact prefix before the first ``-``, never a
+substring test (ArcticTraining treats ``post-predict`` as a pre event because
+``"pre" in`` it). Any other identifier, such as ``on_validation_end``, names a
+custom event, fired with ``emit`` and declared in the class's ``emits``.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Iterable
 
 from .errors import UnknownEventError, closest
 
-__all__ = ["PHASES", "callback_method_event", "normalize", "split_event"]
+__all__ = [
+    "CUSTOM",
+    "PHASES",
+    "callback_method_event",
+    "callback_object_event",
+    "normalize",
+    "parse_event",
+]
 
-PHASES = ("pre", "post")
+PHASES = ("pre", "post", "around", "error")
+CUSTOM = "on"  # the phase of a custom event
 
-_METHOD_NAME = re.compile(r"^(pre|post)_(.+)_callback$")
+_CLASS_METHOD = re.compile(r"^(pre|post|around|error)_(.+)_callback$")
+_OBJECT_METHOD = re.compile(r"^(pre|post|around|error)_(.+)$")
 
 
 def normalize(name: str) -> str:
@@ -22,28 +35,38 @@ def normalize(name: str) -> str:
     return name.replace("-", "_")
 
 
-def split_event(event: object, where: str) -> tuple[str, str]:
-    """``"pre-step"`` -> ``("pre", "step")``; raises :class:`UnknownEventError` otherwise."""
+def parse_event(event: object, where: str, known: Iterable[str] = ()) -> tuple[str, str]:
+    """``"pre-step"`` -> ``("pre", "step")``; ``"on_fit_end"`` -> ``("on", "on_fit_end")``.
+
+    ``known`` (event strings) feeds the 'did you mean' of the error.
+    """
     if not isinstance(event, str):
         raise UnknownEventError(
-            f"{where}: an event must be a string like 'pre-step' or 'post-step', "
-            f"got {event!r} ({type(event).__name__})."
+            f"{where}: an event must be a string like 'pre-step', 'post-step' or a custom "
+            f"event name, got {event!r} ({type(event).__name__})."
         )
     phase, sep, name = event.partition("-")
-    if not sep or phase not in PHASES or not name:
-        rest = name if sep else event
-        for prefix in PHASES:  # "postpredict" / "post_predict" -> "post-predict"
-            if not sep and event.startswith(prefix):
-                rest = event[len(prefix):].lstrip("_")
-        raise UnknownEventError(
-            f"{where}: {event!r} is not an event name. Events are "
-            f"'pre-<join point>' or 'post-<join point>', e.g. 'pre-step'."
-            + closest(event, [f"{p}-{rest}" for p in PHASES])
-        )
-    return phase, name
+    if sep and phase in PHASES and name:
+        return phase, name
+    if not sep and event.isidentifier():
+        return CUSTOM, event
+    raise UnknownEventError(
+        f"{where}: {event!r} is not an event name. Events are '<phase>-<join point>' with a "
+        f"phase of {', '.join(PHASES)} (e.g. 'pre-step'), or a custom event name."
+        + closest(event, known)
+    )
 
 
 def callback_method_event(attr: str) -> tuple[str, str] | None:
-    """``"pre_step_callback"`` -> ``("pre", "step")``; ``None`` for other names."""
-    m = _METHOD_NAME.match(attr)
+    """A class-tier method name: ``"pre_step_callback"`` -> ``("pre", "step")``."""
+    m = _CLASS_METHOD.match(attr)
+    return (m.group(1), m.group(2)) if m else None
+
+
+def callback_object_event(attr: str) -> tuple[str, str] | None:
+    """A ``Callback`` method name: ``"pre_loss"`` -> ``("pre", "loss")``,
+    ``"on_fit_end"`` -> ``("on", "on_fit_end")``; ``None`` if it names no event."""
+    if attr.startswith("on_"):
+        return CUSTOM, attr
+    m = _OBJECT_METHOD.match(attr)
     return (m.group(1), m.group(2)) if m else None

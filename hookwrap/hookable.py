@@ -18,11 +18,36 @@ import wrapt
 
 from ._dispatch import CLASSMETHOD, FUNCTION, JoinPoint
 from .errors import HookError
-from .registry import as_join_point
+from .registry import Handle, as_join_point, register, track_join_point
 
-__all__ = ["HookableWrapper", "hookable"]
+__all__ = ["HookableWrapper", "hookable", "make_join_point"]
+
+
+def _registration_verbs(jp: Any) -> dict[str, Callable[..., Handle]]:
+    """``fn.before(cb)`` and friends, for a join point used as a function.
+
+    On a plain function they register on that function; on a method they register
+    on its class (all instances and subclasses)."""
+
+    def target() -> Any:
+        return jp.owner if jp.owner is not None else jp
+
+    def verb(phase: str, doc: str) -> Callable[..., Handle]:
+        def register_callback(fn: Any = None, /, **options: Any) -> Handle:
+            return register(target(), phase, jp.event, fn, options)
+
+        register_callback.__doc__ = doc
+        return register_callback
+
+    return {
+        "before": verb("pre", "Run a callback before this join point (pre-<event>)."),
+        "after": verb("post", "Run a callback after this join point (post-<event>)."),
+        "around": verb("around", "Wrap this join point: fn(self, proceed, *args, **kwargs)."),
+        "on_error": verb("error", "Observe an exception raised by this join point."),
+    }
 
 F = TypeVar("F", bound=Callable[..., Any])
+PHASE_PREFIXES = ("pre", "post", "around", "error")
 
 
 class HookableWrapper(wrapt.FunctionWrapper):  # type: ignore[misc]
@@ -38,13 +63,30 @@ class HookableWrapper(wrapt.FunctionWrapper):  # type: ignore[misc]
             def dispatch(_wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
                 return join_point(*args, **kwargs)
         super().__init__(wrapped, dispatch)
-        self._self_join_point = join_point
+        self._self_join_point = track_join_point(join_point)
+        self._self_verbs = _registration_verbs(join_point)
 
     def __set_name__(self, owner: type, name: str) -> None:
         jp = self._self_join_point
         jp.owner, jp.attr_name = owner, name
         if not jp.explicit_event:
             jp.event = name
+
+    def before(self, fn: Any = None, /, **options: Any) -> Handle:
+        """Run a callback before this join point (pre-<event>)."""
+        return self._self_verbs["before"](fn, **options)
+
+    def after(self, fn: Any = None, /, **options: Any) -> Handle:
+        """Run a callback after this join point (post-<event>)."""
+        return self._self_verbs["after"](fn, **options)
+
+    def around(self, fn: Any = None, /, **options: Any) -> Handle:
+        """Wrap this join point: fn(self, proceed, *args, **kwargs)."""
+        return self._self_verbs["around"](fn, **options)
+
+    def on_error(self, fn: Any = None, /, **options: Any) -> Handle:
+        """Observe an exception raised by this join point."""
+        return self._self_verbs["on_error"](fn, **options)
 
     def __reduce_ex__(self, protocol: int) -> str:
         # wrapt refuses to pickle proxies; a module-level join point pickles by name.
@@ -66,13 +108,17 @@ def hookable(fn: Any = None, /) -> Any:
     """
     if fn is None or isinstance(fn, str):
         event = fn
-        return lambda f: _make_join_point(f, event)
-    return _make_join_point(fn, None)
+        return lambda f: make_join_point(f, event)
+    return make_join_point(fn, None)
 
 
-def _make_join_point(fn: Any, event: str | None) -> Any:
-    if event is not None and (not event or "-" == event[0]):
-        raise HookError(f"@hookable({event!r}): an event name must be a non-empty name like 'loss'.")
+def make_join_point(fn: Any, event: str | None) -> Any:
+    """The join point for ``fn``: a JoinPoint for functions, a wrapt wrapper otherwise."""
+    if event is not None and (not event or "-" in event[:1] or event.partition("-")[0] in PHASE_PREFIXES):
+        raise HookError(
+            f"@hookable({event!r}): give the join point name, like 'loss'; its events "
+            f"(pre-loss, post-loss, ...) are named after it."
+        )
     existing = as_join_point(fn)
     if existing is not None:
         if event is not None and event != existing.event:
@@ -82,8 +128,9 @@ def _make_join_point(fn: Any, event: str | None) -> Any:
             )
         return fn
     if isinstance(fn, FunctionType):
-        jp = JoinPoint(fn, event, FUNCTION)
+        jp = track_join_point(JoinPoint(fn, event, FUNCTION))
         functools.update_wrapper(jp, fn)
+        vars(jp).update(_registration_verbs(jp))
         return jp
     if isinstance(fn, classmethod):
         return HookableWrapper(fn, JoinPoint(fn.__func__, event, CLASSMETHOD))

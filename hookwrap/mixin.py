@@ -7,6 +7,9 @@ from typing import Any, Callable
 from ._dispatch import STATE_KEY
 from .errors import HookError
 from .hookable import hookable
+from .callback import Callback, add_callback
+from .emit import emit
+from .events import CUSTOM
 from .registry import (
     ClassCallbacksAttribute,
     Handle,
@@ -14,7 +17,7 @@ from .registry import (
     declared_callbacks,
     instance_state,
     prepare_class,
-    register_on_instance,
+    register,
 )
 
 __all__ = ["CallbackMixin", "Hookable"]
@@ -64,13 +67,34 @@ class Hookable:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
 
-    def before(self, event: str, fn: Callable[..., Any] | None = None, /) -> Handle:
+    def before(self, event: str, fn: Callable[..., Any] | None = None, /, **options: Any) -> Handle:
         """Run ``fn`` before join point ``event`` (``pre-<event>``) on this object only."""
-        return register_on_instance(self, "pre", event, fn)
+        return register(self, "pre", event, fn, options)
 
-    def after(self, event: str, fn: Callable[..., Any] | None = None, /) -> Handle:
+    def after(self, event: str, fn: Callable[..., Any] | None = None, /, **options: Any) -> Handle:
         """Run ``fn`` after join point ``event`` (``post-<event>``) on this object only."""
-        return register_on_instance(self, "post", event, fn)
+        return register(self, "post", event, fn, options)
+
+    def around(self, event: str, fn: Callable[..., Any] | None = None, /, **options: Any) -> Handle:
+        """Wrap join point ``event``: ``fn(self, proceed, *args, **kwargs)`` calls
+        ``proceed(*args, **kwargs)`` at most once and returns the result."""
+        return register(self, "around", event, fn, options)
+
+    def on_error(self, event: str, fn: Callable[..., Any] | None = None, /, **options: Any) -> Handle:
+        """Observe an exception raised by join point ``event`` (``error-<event>``)."""
+        return register(self, "error", event, fn, options)
+
+    def on(self, name: str, fn: Callable[..., Any] | None = None, /, **options: Any) -> Handle:
+        """Run ``fn`` when this object emits custom event ``name``."""
+        return register(self, CUSTOM, name, fn, options)
+
+    def emit(self, name: str, /, **kwargs: Any) -> None:
+        """Fire custom event ``name`` (declared in ``emits``) with keyword arguments."""
+        emit(self, name, **kwargs)
+
+    def add_callback(self, callback: Callback) -> Handle:
+        """Register each event method of a ``hookwrap.Callback`` on this object."""
+        return add_callback(self, callback)
 
     def __copy__(self) -> Any:
         # A shallow copy gets its own instance callbacks list (same entries), so

@@ -12,6 +12,9 @@ import inspect
 from typing import Any, Callable
 
 from ._dispatch import (
+    AROUND,
+    ERROR,
+    EXCEPTION,
     FUNCTION,
     KW_ONLY,
     MISSING,
@@ -38,6 +41,10 @@ _KINDS = {
     _P.VAR_KEYWORD: VAR_KW,
 }
 _RETURN_REF = ArgRef(RETURN_VALUE, -1, "return_value", MISSING, None)
+_EXCEPTION_REF = ArgRef(EXCEPTION, -1, "exception", MISSING, None)
+PHASE_NAMES = {PRE: "pre", POST: "post", AROUND: "around", ERROR: "error"}
+# The extra name each phase may ask for, beside the join point's arguments.
+_SPECIAL = {POST: ("return_value", _RETURN_REF), ERROR: ("exception", _EXCEPTION_REF)}
 
 
 class JoinPointSpec:
@@ -85,8 +92,8 @@ class JoinPointSpec:
 
     def valid_names(self, phase: int) -> str:
         names = list(self.refs)
-        if phase == POST:
-            names.append("return_value")
+        if phase in _SPECIAL:
+            names.append(_SPECIAL[phase][0])
         return ", ".join(names) if names else "(none)"
 
 
@@ -100,12 +107,13 @@ def callable_label(fn: Any) -> str:
     return f"{name} ({code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno})"
 
 
-def plan_step(fn: Callable[..., Any], phase: int, spec: JoinPointSpec, pass_obj: bool) -> Any:
+def plan_step(fn: Callable[..., Any], phase: int, spec: JoinPointSpec, pass_obj: bool,
+              gate: Any = None) -> Any:
     """Match a callback's parameters to the join point by name; return a dispatch Step.
 
     Raises CallbackSignatureError naming the callback, the event and the fix.
     """
-    event = f"{'pre' if phase == PRE else 'post'}-{spec.event}"
+    event = f"{PHASE_NAMES[phase]}-{spec.event}"
     label = callable_label(fn)
     where = f"callback {label} for event {event!r} of {spec.where}"
     if not callable(fn):
@@ -117,6 +125,9 @@ def plan_step(fn: Callable[..., Any], phase: int, spec: JoinPointSpec, pass_obj:
             f"{where}: cannot read its signature ({exc}); wrap it in a `def` that names "
             f"the arguments it needs."
         ) from None
+    if phase == AROUND:
+        _check_around(params, pass_obj, where)
+        return Step(fn, event, label, phase, pass_obj, (), (), gate)
     for p in params:
         if p.kind in (_P.VAR_POSITIONAL, _P.VAR_KEYWORD):
             raise CallbackSignatureError(
@@ -141,16 +152,21 @@ def plan_step(fn: Callable[..., Any], phase: int, spec: JoinPointSpec, pass_obj:
     refs: list[Any] = []
     kwnames: list[str] = []
     by_keyword = False  # after a skipped parameter, the rest go by keyword
+    special = _SPECIAL.get(phase)
     for p in params:
-        if p.name == "return_value" and phase == POST:
-            ref = _RETURN_REF
+        if special is not None and p.name == special[0]:
+            ref = special[1]
         elif p.name in spec.refs:
             ref = spec.refs[p.name]
         elif p.default is not _P.empty:
             by_keyword = True  # not an argument of this join point: its default stays
             continue
         else:
-            extra = " (return_value is given to post callbacks only)" if p.name == "return_value" else ""
+            extra = ""
+            if p.name == "return_value":
+                extra = " (return_value is given to post callbacks only)"
+            elif p.name == "exception":
+                extra = " (exception is given to error callbacks only)"
             raise CallbackSignatureError(
                 f"{where}: asks for {p.name!r}, which {spec.where} does not have{extra}. "
                 f"Valid names: {spec.valid_names(phase)}."
@@ -163,7 +179,20 @@ def plan_step(fn: Callable[..., Any], phase: int, spec: JoinPointSpec, pass_obj:
                 )
             kwnames.append(p.name)
         refs.append(ref)
-    return Step(fn, event, label, phase, pass_obj, tuple(refs), tuple(kwnames))
+    return Step(fn, event, label, phase, pass_obj, tuple(refs), tuple(kwnames), gate)
+
+
+def _check_around(params: list[inspect.Parameter], pass_obj: bool, where: str) -> None:
+    """Around advice is called as ``fn(self, proceed, *args, **kwargs)``."""
+    positional = [p for p in params if p.kind in (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD)]
+    has_var = any(p.kind == _P.VAR_POSITIONAL for p in params)
+    needed = 2 if pass_obj else 1
+    if len(positional) < needed and not has_var:
+        head = "self, proceed" if pass_obj else "proceed"
+        raise CallbackSignatureError(
+            f"{where}: around advice is called as fn({head}, *args, **kwargs) and must call "
+            f"proceed(*args, **kwargs) once; write `def around({head}, *args, **kwargs)`."
+        )
 
 
 def _join_point_label(jp: Any) -> str:

@@ -1,0 +1,128 @@
+"""Class-based callbacks (Lightning / pytorch-accelerated / Cerebras style).
+
+A ``Callback`` subclass defines methods named after events, ``-`` written as
+``_``: ``pre_loss(self, trainer, batch)``, ``post_step(self, trainer,
+return_value)``, ``around_step(self, trainer, proceed, *args, **kwargs)``,
+``error_step(self, trainer, exception)``, ``on_validation_end(self, trainer,
+metrics)``. Each follows the rules of function callbacks. A method whose name
+looks like an event but matches none is refused with the closest names: none
+of the libraries hookwrap replaces catches such typos, they never fire.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import UnknownEventError, closest
+from .events import CUSTOM, PHASES, callback_object_event, normalize
+from .registry import (
+    Handle,
+    all_join_points,
+    declared_custom_events,
+    join_points,
+    register_entries,
+    register_global,
+)
+
+__all__ = ["Callback", "add_callback", "callback_events", "register_global_callback"]
+
+
+class Callback:
+    """Base class of class-based callbacks; also a context manager that registers
+    the callback globally for the duration of a ``with`` block."""
+
+    _hookwrap_handle: Handle | None = None
+
+    def __enter__(self) -> Callback:
+        self._hookwrap_handle = register_global_callback(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        handle, self._hookwrap_handle = self._hookwrap_handle, None
+        if handle is not None:
+            handle.remove()
+
+
+def callback_events(cb: Callback) -> list[tuple[str, str, str, Any]]:
+    """``(attribute, phase, event name, bound method)`` for each event method of ``cb``,
+    base class first, in definition order."""
+    seen: set[str] = set()
+    out = []
+    for klass in reversed(type(cb).__mro__):
+        if klass in (Callback, object):
+            continue
+        for attr, value in vars(klass).items():
+            if attr in seen or attr.startswith("_") or not callable(value):
+                continue
+            parsed = callback_object_event(attr)
+            if parsed is None:
+                continue
+            seen.add(attr)
+            out.append((attr, parsed[0], parsed[1], getattr(cb, attr)))
+    return out
+
+
+def _event_string(phase: str, name: str) -> str:
+    return name if phase == CUSTOM else f"{phase}-{name}"
+
+
+def _unknown(cb: Callback, attr: str, known_events: list[str], where: str) -> UnknownEventError:
+    method_names = [e.replace("-", "_") for e in known_events]
+    return UnknownEventError(
+        f"{where}: {type(cb).__qualname__}.{attr} looks like an event method, but no such event "
+        f"exists." + closest(attr, method_names)
+        + " Rename it to match an event, or give helper methods a name without a "
+        "pre_/post_/around_/error_/on_ prefix."
+    )
+
+
+def add_callback(obj: Any, cb: Callback) -> Handle:
+    """Register each event method of ``cb`` on one object; one handle removes them all."""
+    where = f"add_callback({type(cb).__qualname__})"
+    if not isinstance(cb, Callback):
+        raise TypeError(f"{where}: expected a hookwrap.Callback instance, got {type(cb).__qualname__}.")
+    tp = obj if isinstance(obj, type) else type(obj)
+    events = _resolve_names(cb, tp, where)
+    return register_entries(obj, events, None, where)
+
+
+def _resolve_names(cb: Callback, tp: type, where: str) -> list[tuple[str, Any]]:
+    jps = join_points(tp)
+    custom = declared_custom_events(tp)
+    known = [f"{p}-{jp.event}" for jp in jps.values() for p in PHASES] + sorted(custom)
+    events = []
+    for attr, phase, name, method in callback_events(cb):
+        if phase == CUSTOM:
+            if name not in custom:
+                raise _unknown(cb, attr, known, where)
+            events.append((name, method))
+        else:
+            jp = jps.get(normalize(name))
+            if jp is None:
+                raise _unknown(cb, attr, known, where)
+            events.append((f"{phase}-{jp.event}", method))
+    return events
+
+
+def register_global_callback(cb: Any, **options: Any) -> Handle:
+    """Register a ``Callback`` (each of its event methods) or an ``("event", fn)`` pair
+    for every hookable object that has the event; returns a handle."""
+    from .options import make_options
+
+    where = "register_global_callback"
+    opts = make_options(where, **options)
+    if isinstance(cb, Callback):
+        events = []
+        known_jps = {normalize(jp.event): jp for jp in all_join_points()}
+        known = [f"{p}-{jp.event}" for jp in known_jps.values() for p in PHASES]
+        for attr, phase, name, method in callback_events(cb):
+            if phase != CUSTOM and normalize(name) not in known_jps:
+                raise _unknown(cb, attr, known, f"{where}({type(cb).__qualname__})")
+            events.append((_event_string(phase, name), method))
+        return register_global(events, opts, where)
+    if isinstance(cb, tuple) and len(cb) == 2:
+        return register_global([cb], opts, where)
+    raise TypeError(
+        f"{where}: expected a hookwrap.Callback instance or an ('event', fn) pair, got {cb!r}."
+    )
+

@@ -1,0 +1,85 @@
+"""Custom events: ``obj.emit("on_validation_end", metrics=m)`` (Lightning Fabric's
+``call``). Each callback gets only the keywords it names; which ones is worked
+out once per callback, not per call (Fabric runs ``inspect.signature`` on
+every call)."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from ._dispatch import current_version
+from .errors import CallbackReturnError, HookError, callback_note
+from .events import CUSTOM
+from .registry import check_event, entries_for, instance_state
+from .signature import callable_label
+
+__all__ = ["emit"]
+
+
+class _Listener:
+    __slots__ = ("fn", "label", "names", "required", "gate")
+
+    def __init__(self, fn: Any, gate: Any) -> None:
+        self.fn = fn
+        self.label = callable_label(fn)
+        self.gate = gate
+        try:
+            params = list(inspect.signature(fn).parameters.values())[1:]  # first: the emitter
+        except (TypeError, ValueError):
+            params = []
+        self.names = tuple(p.name for p in params)
+        self.required = frozenset(p.name for p in params if p.default is p.empty)
+
+
+_type_cache: dict[tuple[type, str], tuple[int, tuple[_Listener, ...]]] = {}
+
+
+def _listeners(target: Any, tp: type, name: str) -> tuple[_Listener, ...]:
+    version = current_version()
+    state = None if isinstance(target, type) else instance_state(target, create=False)
+    cache: dict[Any, Any] = state.emit_cache if state is not None else _type_cache
+    key = name if state is not None else (tp, name)
+    cached = cache.get(key)
+    if cached is not None and cached[0] == version:
+        return cached[1]  # type: ignore[no-any-return]
+    entries = entries_for(name, lambda phase: phase == CUSTOM, tp, None, state)
+    listeners = tuple(_Listener(e.fn, e.options.gate if e.options else None) for e in entries)
+    cache[key] = (version, listeners)
+    return listeners
+
+
+def emit(target: Any, name: str, /, **kwargs: Any) -> None:
+    """Call the callbacks of custom event ``name`` on ``target``, each with the
+    keywords it names (and ``target`` as its first argument)."""
+    tp = target if isinstance(target, type) else type(target)
+    where = f"emit({tp.__qualname__}, {name!r})"
+    check_event(tp, CUSTOM, name, where)
+    for listener in _listeners(target, tp, name):
+        if listener.gate is not None and not listener.gate.admit(target):
+            continue
+        missing = listener.required.difference(kwargs)
+        if missing:
+            raise HookError(
+                f"{where}: callback {listener.label} needs {', '.join(sorted(missing))}, but the "
+                f"event was emitted with {', '.join(sorted(kwargs)) or 'no keywords'}. Give those "
+                f"parameters a default, or pass them to emit()."
+            )
+        passed = {k: kwargs[k] for k in listener.names if k in kwargs}
+        try:
+            result = listener.fn(target, **passed)
+        except BaseException as exc:
+            exc.add_note(callback_note(_NoteTarget(listener.label, name)))
+            raise
+        if result is not None:
+            raise CallbackReturnError(
+                f"callback {listener.label} for custom event {name!r} returned "
+                f"{type(result).__name__}; custom event callbacks observe and return None."
+            )
+
+
+class _NoteTarget:
+    __slots__ = ("label", "event")
+
+    def __init__(self, label: str, event: str) -> None:
+        self.label, self.event = label, event

@@ -1,0 +1,183 @@
+"""Registration options: filters (``every``, ``once``, ``when``) and ordering
+(``prepend``, ``before=``, ``after=``), all checked when a callback is registered."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Sequence
+
+from .errors import HookError
+
+__all__ = ["Gate", "Options", "Registration", "make_options", "order_entries"]
+
+
+class Gate:
+    """A filter on one registration; ``admit(obj)`` is asked on each call of its event.
+
+    A call counts only when ``when(obj)`` is true (or there is no ``when``); the
+    callback fires on counted calls N, 2N, ... for ``every=N``, and only on the
+    first of them for ``once=True``.
+    """
+
+    __slots__ = ("every", "once", "when", "count", "spent")
+
+    def __init__(self, every: int | None, once: bool, when: Callable[[Any], Any] | None) -> None:
+        self.every = every
+        self.once = once
+        self.when = when
+        self.count = 0
+        self.spent = False
+
+    def admit(self, obj: Any) -> bool:
+        if self.spent:
+            return False
+        if self.when is not None and not self.when(obj):
+            return False
+        self.count += 1
+        if self.every is not None and self.count % self.every:
+            return False
+        if self.once:
+            self.spent = True
+        return True
+
+    def __repr__(self) -> str:
+        parts = []
+        if self.every is not None:
+            parts.append(f"every={self.every}")
+        if self.once:
+            parts.append("once=True")
+        if self.when is not None:
+            parts.append(f"when={getattr(self.when, '__name__', self.when)!r}")
+        return ", ".join(parts)
+
+
+class Options:
+    __slots__ = ("prepend", "before", "after", "gate")
+
+    def __init__(self, prepend: bool, before: tuple[Any, ...], after: tuple[Any, ...],
+                 gate: Gate | None) -> None:
+        self.prepend = prepend
+        self.before = before
+        self.after = after
+        self.gate = gate
+
+    def __getstate__(self) -> Any:
+        return (self.prepend, self.before, self.after, self.gate)
+
+    def __setstate__(self, state: Any) -> None:
+        self.prepend, self.before, self.after, self.gate = state
+
+
+def make_options(where: str, *, prepend: bool = False, before: Any = (), after: Any = (),
+                 every: int | None = None, once: bool = False,
+                 when: Callable[[Any], Any] | None = None) -> Options | None:
+    """Check registration options; ``None`` when all are at their defaults."""
+    if every is not None and (not isinstance(every, int) or isinstance(every, bool) or every < 1):
+        raise HookError(f"{where}: every={every!r} must be a whole number >= 1 (fire on calls N, 2N, ...).")
+    if when is not None and not callable(when):
+        raise HookError(f"{where}: when={when!r} must be a predicate taking the hooked object.")
+    before_t, after_t = _refs(before), _refs(after)
+    gate = Gate(every, bool(once), when) if (every is not None or once or when is not None) else None
+    if not (prepend or before_t or after_t or gate):
+        return None
+    return Options(bool(prepend), before_t, after_t, gate)
+
+
+def _refs(value: Any) -> tuple[Any, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return tuple(value)
+    return (value,)
+
+
+class Registration(tuple):  # type: ignore[type-arg]
+    """An ``(event, fn)`` entry that also carries its options. It compares equal to
+    the plain pair, so ``obj.callbacks`` reads as a list of pairs."""
+
+    options: Options | None
+
+    def __new__(cls, event: str, fn: Any, options: Options | None = None) -> Registration:
+        self = super().__new__(cls, (event, fn))
+        self.options = options
+        return self
+
+    def __reduce__(self) -> Any:
+        return (Registration, (self[0], self[1], self.options))
+
+
+def options_of(entry: Any) -> Options | None:
+    return getattr(entry, "options", None)
+
+
+def _matches(ref: Any, fn: Any) -> bool:
+    """Does an ordering reference (a function, a Callback, a name) name ``fn``?"""
+    if ref is fn:
+        return True
+    owner = getattr(fn, "__self__", None)
+    if owner is not None and (ref is owner or ref is type(owner)):
+        return True
+    if getattr(fn, "__func__", None) is ref:
+        return True
+    if isinstance(ref, str):
+        names = {getattr(fn, "__name__", None), getattr(fn, "__qualname__", None)}
+        if owner is not None:
+            names.add(type(owner).__name__)
+        return ref in names
+    return False
+
+
+def _label(fn: Any) -> str:
+    return getattr(fn, "__qualname__", None) or repr(fn)
+
+
+def order_entries(entries: Sequence[Any], fn_of: Callable[[Any], Any] = lambda e: e[1]) -> list[Any]:
+    """Registration order; ``prepend=True`` ones first (the latest first); then a
+    stable topological sort by ``before=``/``after=``. A cycle raises HookError."""
+    if not any(options_of(e) is not None for e in entries):
+        return list(entries)
+    prepended = [e for e in entries if (options_of(e) and options_of(e).prepend)]  # type: ignore[union-attr]
+    base = prepended[::-1] + [e for e in entries if not _is_in(e, prepended)]
+    n = len(base)
+    fns = [fn_of(e) for e in base]
+    pred: list[set[int]] = [set() for _ in range(n)]  # pred[j]: what must run before j
+    for i, entry in enumerate(base):
+        opts = options_of(entry)
+        if opts is None:
+            continue
+        for j in range(n):
+            if j == i:
+                continue
+            if any(_matches(ref, fns[j]) for ref in opts.before):
+                pred[j].add(i)
+            if any(_matches(ref, fns[j]) for ref in opts.after):
+                pred[i].add(j)
+    # Depth first, in base order: an entry pulls what must precede it forward,
+    # and otherwise everything keeps its place.
+    out: list[int] = []
+    placed: set[int] = set()
+    stack: list[int] = []
+
+    def place(i: int) -> None:
+        if i in placed:
+            return
+        if i in stack:
+            cycle = stack[stack.index(i):] + [i]
+            names = " -> ".join(_label(fns[k]) for k in cycle[::-1])
+            raise HookError(
+                f"before=/after= constraints form a cycle: {names} (each runs before the "
+                f"next). Remove one of these constraints."
+            )
+        stack.append(i)
+        for k in sorted(pred[i]):
+            place(k)
+        stack.pop()
+        placed.add(i)
+        out.append(i)
+
+    for i in range(n):
+        place(i)
+    return [base[i] for i in out]
+
+
+def _is_in(entry: Any, group: Iterable[Any]) -> bool:
+    return any(entry is g for g in group)

@@ -1,0 +1,199 @@
+"""DESIGN §4: around advice and error advice."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+
+def make(hw, log):
+    class Trainer(hw.Hookable):
+        @hw.hookable
+        def step(self, batch, scale=1):
+            log.append(("step", batch, scale))
+            if batch == "bad":
+                raise ValueError("bad batch")
+            return batch * scale
+
+    return Trainer
+
+
+def test_around_wraps_the_call_and_can_change_args_and_result(hw):
+    log = []
+    t = make(hw, log)()
+
+    def timing(self, proceed, *args, **kwargs):
+        log.append(("enter", args, kwargs))
+        result = proceed(args[0] + 1, **kwargs)
+        log.append(("exit", result))
+        return result * 10
+
+    t.around("step", timing)
+    assert t.step(1, scale=2) == 40
+    assert log == [("enter", (1,), {"scale": 2}), ("step", 2, 2), ("exit", 4)]
+
+
+def test_around_nesting_order_and_pre_post_outside(hw):
+    log = []
+    t = make(hw, log)()
+
+    def outer(self, proceed, *args, **kwargs):
+        log.append("outer in")
+        r = proceed(*args, **kwargs)
+        log.append("outer out")
+        return r
+
+    def inner(self, proceed, *args, **kwargs):
+        log.append("inner in")
+        r = proceed(*args, **kwargs)
+        log.append("inner out")
+        return r
+
+    t.before("step", lambda self: log.append("pre"))
+    t.after("step", lambda self: log.append("post"))
+    t.around("step", outer)
+    t.around("step", inner)
+    t.step(1)
+    assert log == ["pre", "outer in", "inner in", ("step", 1, 1), "inner out", "outer out", "post"]
+
+
+def test_around_may_skip_the_call(hw):
+    log = []
+    t = make(hw, log)()
+    t.around("step", lambda self, proceed, *a, **k: "cached")
+    assert t.step(1) == "cached"
+    assert log == []
+
+
+def test_around_calling_proceed_twice_is_an_error(hw):
+    t = make(hw, [])()
+
+    def twice(self, proceed, *args, **kwargs):
+        proceed(*args, **kwargs)
+        return proceed(*args, **kwargs)
+
+    t.around("step", twice)
+    with pytest.raises(hw.HookError, match=r"around callback .*twice .*called proceed\(\) a second time"):
+        t.step(1)
+
+
+def test_around_signature_is_checked(hw):
+    t = make(hw, [])()
+    with pytest.raises(hw.CallbackSignatureError, match=r"around advice is called as fn\(self, proceed, \*args"):
+        t.around("step", lambda self: None)
+
+
+def test_around_error_inside_the_method_gets_no_note_but_its_own_does(hw):
+    t = make(hw, [])()
+    t.around("step", lambda self, proceed, *a, **k: proceed(*a, **k))
+    with pytest.raises(ValueError) as info:
+        t.step("bad")
+    assert not getattr(info.value, "__notes__", [])
+
+    def broken(self, proceed, *a, **k):
+        raise RuntimeError("in advice")
+
+    t2 = make(hw, [])()
+    t2.around("step", broken)
+    with pytest.raises(RuntimeError) as info2:
+        t2.step(1)
+    assert "around-step" in info2.value.__notes__[0] and "broken" in info2.value.__notes__[0]
+
+
+def test_error_callbacks_observe_and_the_exception_propagates(hw):
+    seen = []
+    t = make(hw, [])()
+    t.on_error("step", lambda self, exception, batch: seen.append((type(exception).__name__, batch)))
+    with pytest.raises(ValueError, match="bad batch"):
+        t.step("bad")
+    assert seen == [("ValueError", "bad")]
+    assert t.step(2) == 2
+    assert seen == [("ValueError", "bad")]
+
+
+def test_error_callbacks_fire_for_errors_in_callbacks_too(hw):
+    seen = []
+    t = make(hw, [])()
+
+    def explode(self, batch):
+        raise KeyError(batch)
+
+    t.before("step", explode)
+    t.on_error("step", lambda self, exception: seen.append(repr(exception)))
+    with pytest.raises(KeyError):
+        t.step(1)
+    assert seen == ["KeyError(1)"]
+
+
+def test_error_raised_by_an_error_callback_chains_the_original(hw):
+    t = make(hw, [])()
+
+    def fail(self, exception):
+        raise RuntimeError("while handling")
+
+    t.on_error("step", fail)
+    with pytest.raises(RuntimeError, match="while handling") as info:
+        t.step("bad")
+    assert isinstance(info.value.__context__, ValueError)
+
+
+def test_error_callback_must_return_none(hw):
+    t = make(hw, [])()
+    t.on_error("step", lambda self, exception: "recovered")
+    with pytest.raises(hw.CallbackReturnError, match=r"error callbacks observe.*use around advice"):
+        t.step("bad")
+
+
+def test_exception_name_is_for_error_callbacks_only(hw):
+    t = make(hw, [])()
+    with pytest.raises(hw.CallbackSignatureError, match=r"asks for 'exception'.*error callbacks only"):
+        t.before("step", lambda self, exception: None)
+
+
+def test_around_and_error_as_class_methods(hw):
+    log = []
+
+    class Trainer(hw.Hookable):
+        @hw.hookable
+        def step(self, x):
+            if x < 0:
+                raise ValueError(x)
+            return x
+
+        def around_step_callback(self, proceed, x):
+            return proceed(x) + 1
+
+        def error_step_callback(self, exception):
+            log.append(str(exception))
+
+    t = Trainer()
+    assert t.step(1) == 2
+    with pytest.raises(ValueError):
+        t.step(-1)
+    assert log == ["-1"]
+
+
+def test_async_around_and_error(hw):
+    log = []
+
+    class Trainer(hw.Hookable):
+        @hw.hookable
+        async def step(self, x):
+            if x < 0:
+                raise ValueError(x)
+            return x
+
+    async def around(self, proceed, x):
+        return (await proceed(x)) * 2
+
+    async def on_error(self, exception):
+        log.append(str(exception))
+
+    t = Trainer()
+    t.around("step", around)
+    t.on_error("step", on_error)
+    assert asyncio.run(t.step(3)) == 6
+    with pytest.raises(ValueError):
+        asyncio.run(t.step(-1))
+    assert log == ["-1"]

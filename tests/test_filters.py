@@ -1,0 +1,95 @@
+"""DESIGN §4: every=N, once=True, when=predicate(obj) on any registration."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def make(hw):
+    class Trainer(hw.Hookable):
+        def __init__(self):
+            self.training = True
+
+        @hw.hookable
+        def step(self, i):
+            return i
+
+    return Trainer()
+
+
+def test_every_fires_on_calls_n_2n(hw):
+    t = make(hw)
+    seen = []
+    t.after("step", lambda self, i: seen.append(i), every=3)
+    for i in range(1, 10):
+        t.step(i)
+    assert seen == [3, 6, 9]
+
+
+def test_once_fires_a_single_time(hw):
+    t = make(hw)
+    seen = []
+    t.before("step", lambda self, i: (seen.append(i), i)[1], once=True)
+    for i in range(4):
+        t.step(i)
+    assert seen == [0]
+
+
+def test_when_predicate_gets_the_object(hw):
+    t = make(hw)
+    seen = []
+    t.after("step", lambda self, i: seen.append(i), when=lambda obj: obj.training)
+    t.step(1)
+    t.training = False
+    t.step(2)
+    t.training = True
+    t.step(3)
+    assert seen == [1, 3]
+
+
+def test_filters_combine_and_count_only_admitted_calls(hw):
+    t = make(hw)
+    seen = []
+    t.after("step", lambda self, i: seen.append(i), every=2, when=lambda obj: obj.training)
+    for i in range(1, 9):
+        t.training = i % 3 != 0  # 3 and 6 are not counted
+        t.step(i)
+    assert seen == [2, 5, 8]
+
+
+def test_filtered_callback_handle_removes_it(hw):
+    t = make(hw)
+    seen = []
+    h = t.after("step", lambda self, i: seen.append(i), every=2)
+    t.step(1)
+    t.step(2)
+    h.remove()
+    t.step(3)
+    t.step(4)
+    assert seen == [2]
+
+
+def test_filters_on_around_and_error(hw):
+    t = make(hw)
+    t.around("step", lambda self, proceed, i: proceed(i) * 100, every=2)
+    assert [t.step(1), t.step(1), t.step(1), t.step(1)] == [1, 100, 1, 100]
+
+
+@pytest.mark.parametrize(
+    "opts, message",
+    [
+        ({"every": 0}, r"every=0 must be a whole number >= 1"),
+        ({"every": 1.5}, r"every=1.5 must be a whole number"),
+        ({"when": 3}, r"when=3 must be a predicate"),
+    ],
+)
+def test_bad_filter_options(hw, opts, message):
+    t = make(hw)
+    with pytest.raises(hw.HookError, match=message):
+        t.after("step", lambda self: None, **opts)
+
+
+def test_unknown_option_is_a_type_error(hw):
+    t = make(hw)
+    with pytest.raises(TypeError, match="evrey"):
+        t.after("step", lambda self: None, evrey=2)
