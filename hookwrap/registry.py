@@ -435,7 +435,7 @@ def instance_state(obj: Any, create: bool = True) -> InstanceHooks | None:
         raise HookError(
             f"{type(obj).__qualname__} instances have no __dict__ (__slots__?), so they cannot "
             f"hold instance callbacks; register on the class instead: "
-            f"hookwrap.before({type(obj).__qualname__}, ...)."
+            f"hookwrap.before({type(obj).__name__}, ...)."
         ) from None
     state = namespace.get(STATE_KEY)
     if state is None and create:

@@ -27,7 +27,7 @@ def test_readme_example_prints_what_the_readme_shows(hw, index):
     code, expected = EXAMPLES[index]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(code, f"README example {index}", "exec"), {"__name__": f"readme_{index}"})
+        exec(compile(code, "example.py", "exec"), {"__name__": f"readme_{index}"})
     assert out.getvalue() == expected
 
 

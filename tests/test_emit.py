@@ -1,0 +1,95 @@
+"""DESIGN §4: custom events, Lightning Fabric `call` style."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def make(hw):
+    class Trainer(hw.Hookable):
+        emits = ("on_train_batch_end", "on_fit_end")
+        callbacks = [("on_fit_end", lambda self: self.log.append("declared"))]
+
+        def __init__(self):
+            self.log = []
+
+    return Trainer
+
+
+def test_each_callback_gets_only_the_keywords_it_names(hw):
+    t = make(hw)()
+    t.on("on_train_batch_end", lambda self, loss: self.log.append(("loss", loss)))
+    t.on("on_train_batch_end", lambda self, output, loss: self.log.append(("both", output, loss)))
+    t.on("on_train_batch_end", lambda self: self.log.append("none"))
+    t.emit("on_train_batch_end", loss=0.5, output="y")
+    assert t.log == [("loss", 0.5), ("both", "y", 0.5), "none"]
+
+
+def test_class_list_and_callback_objects_and_global(hw):
+    Trainer = make(hw)
+    t = Trainer()
+
+    class Saver(hw.Callback):
+        def on_fit_end(self, trainer):
+            trainer.log.append("saver")
+
+    class Other(hw.Callback):  # has no on_fit_end: skipped
+        def on_train_batch_end(self, trainer, loss):
+            trainer.log.append("other")
+
+    t.add_callback(Saver())
+    t.add_callback(Other())
+    with hw.register_global_callback(("on_fit_end", lambda self: self.log.append("global"))):
+        hw.emit(t, "on_fit_end")
+    assert t.log == ["declared", "saver", "global"]
+
+
+def test_missing_keyword_and_defaults(hw):
+    t = make(hw)()
+    t.on("on_train_batch_end", lambda self, loss, step=-1: self.log.append((loss, step)))
+    t.emit("on_train_batch_end", loss=1)
+    t.emit("on_train_batch_end", loss=2, step=5)
+    assert t.log == [(1, -1), (2, 5)]
+    t.on("on_train_batch_end", lambda self, grad_norm: None)
+    with pytest.raises(hw.HookError, match=r"needs grad_norm, but the event was emitted with loss"):
+        t.emit("on_train_batch_end", loss=3)
+
+
+def test_undeclared_custom_event(hw):
+    t = make(hw)()
+    with pytest.raises(hw.UnknownEventError, match=r"declares no custom event 'on_fit_ends'.*Did you mean 'on_fit_end'.*emits = \('on_fit_ends',\)"):
+        t.emit("on_fit_ends")
+    with pytest.raises(hw.UnknownEventError, match=r"declares no custom event 'on_epoch_end'"):
+        t.on("on_epoch_end", lambda self: None)
+
+
+def test_custom_callbacks_return_none_and_errors_get_notes(hw):
+    t = make(hw)()
+    h = t.on("on_fit_end", lambda self: 1)
+    with pytest.raises(hw.CallbackReturnError, match=r"custom event callbacks observe and return None"):
+        t.emit("on_fit_end")
+    h.remove()
+
+    def boom(self):
+        raise OSError("disk full")
+
+    t.on("on_fit_end", boom)
+    with pytest.raises(OSError) as info:
+        t.emit("on_fit_end")
+    assert "boom" in info.value.__notes__[0]
+
+
+def test_on_is_checked_at_registration(hw):
+    t = make(hw)()
+    with pytest.raises(hw.HookError, match=r"takes \*\*kw; name the keywords"):
+        t.on("on_fit_end", lambda self, **kw: None)
+    with pytest.raises(hw.HookError, match=r"on\(\) takes a custom event name like 'on_fit_end'"):
+        t.on("pre-step", lambda self: None)
+
+
+def test_filters_on_custom_events(hw):
+    t = make(hw)()
+    t.on("on_train_batch_end", lambda self, loss: self.log.append(loss), every=2)
+    for i in range(5):
+        t.emit("on_train_batch_end", loss=i)
+    assert t.log == [1, 3]

@@ -1,0 +1,99 @@
+"""DESIGN §3: order within a tier -- registration order, prepend, before=/after=."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def make(hw):
+    class Trainer(hw.Hookable):
+        @hw.hookable
+        def step(self):
+            pass
+
+    return Trainer()
+
+
+def recorder(log, name):
+    def cb(self):
+        log.append(name)
+
+    cb.__name__ = cb.__qualname__ = name
+    return cb
+
+
+def test_prepend_puts_the_latest_first(hw):
+    t, log = make(hw), []
+    t.before("step", recorder(log, "a"))
+    t.before("step", recorder(log, "b"), prepend=True)
+    t.before("step", recorder(log, "c"), prepend=True)
+    t.step()
+    assert log == ["c", "b", "a"]
+
+
+def test_before_and_after_by_function_or_name(hw):
+    t, log = make(hw), []
+    a, b, c = (recorder(log, n) for n in "abc")
+    t.before("step", a)
+    t.before("step", b, after="c")
+    t.before("step", c, before=a)
+    t.step()
+    assert log == ["c", "a", "b"]
+
+
+def test_constraints_are_order_independent(hw):
+    t, log = make(hw), []
+    a, b = recorder(log, "a"), recorder(log, "b")
+    t.before("step", a, after=b)  # b is registered later: still honoured
+    t.before("step", b)
+    t.step()
+    assert log == ["b", "a"]
+
+
+def test_a_cycle_is_refused_at_registration_and_leaves_nothing_behind(hw):
+    t, log = make(hw), []
+    a, b = recorder(log, "a"), recorder(log, "b")
+    t.before("step", a, after="b")
+    with pytest.raises(hw.HookError, match=r"constraints form a cycle: .*a.* -> .*b.* -> .*a"):
+        t.before("step", b, after="a")
+    assert len(t.callbacks) == 1
+    t.step()
+    assert log == ["a"]
+
+
+def test_constraints_apply_within_a_tier_only(hw):
+    log = []
+
+    class Trainer(hw.Hookable):
+        @hw.hookable
+        def step(self):
+            pass
+
+        def pre_step_callback(self):
+            log.append("class")
+
+    t = Trainer()
+    t.before("step", recorder(log, "instance"), before="pre_step_callback", prepend=True)
+    t.step()
+    assert log == ["class", "instance"]  # core -> user, whatever the options
+
+
+def test_ordering_by_callback_object(hw):
+    log = []
+
+    class Trainer(hw.Hookable):
+        @hw.hookable
+        def step(self):
+            pass
+
+    class Logger(hw.Callback):
+        def pre_step(self, trainer):
+            log.append("logger")
+
+    t = Trainer()
+    logger = Logger()
+    t.add_callback(logger)
+    t.before("step", recorder(log, "first"), before=logger)
+    t.before("step", recorder(log, "by class"), before=Logger)
+    t.step()
+    assert log == ["first", "by class", "logger"]
