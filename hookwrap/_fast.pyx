@@ -280,6 +280,7 @@ cdef class Chain:
     cdef readonly tuple around
     cdef readonly tuple error
     cdef readonly bint empty
+    cdef _ShapePlan shape  # the plan for the last call shape seen (fast path)
 
     def __init__(self, tp, unsigned long long version, bint fire, tuple pre, tuple post,
                  tuple around=(), tuple error=()):
@@ -291,6 +292,188 @@ cdef class Chain:
         self.around = around
         self.error = error
         self.empty = not (pre or post or around or error)
+
+
+# --- The fast path: one plan per call shape ------------------------------------
+#
+# For a chain of plain pre/post callbacks (the common case), the argument each
+# callback asks for sits at a fixed place in the caller's argument array once
+# the call's shape (how many positional arguments, which keyword names) is
+# known. _ShapePlan records those places; a call then copies the caller's
+# argument pointers, calls each callback with vectorcall, applies the return
+# contract, writes replacements back in place, and calls the function with the
+# same array: no list, dict or tuple built. Anything else (var-args, around or
+# error advice, a pre callback replacing an argument the caller did not pass)
+# takes the general path.
+
+cdef enum:
+    SLOT_DEFAULT = -1
+    SLOT_RESULT = -2
+
+
+@cython.final
+cdef class _StepShape:
+    cdef Step step
+    cdef Py_ssize_t n
+    cdef Py_ssize_t nkw
+    cdef Py_ssize_t slots[MAX_STACK]
+    cdef tuple defaults
+    cdef tuple names
+
+
+@cython.final
+cdef class _ShapePlan:
+    cdef bint fit
+    cdef Py_ssize_t nargs
+    cdef object kwnames
+    cdef tuple pre
+    cdef tuple post
+
+
+cdef _ShapePlan _plan_shape(Chain chain, Py_ssize_t nargs, object kwnames):
+    cdef _ShapePlan plan = _ShapePlan.__new__(_ShapePlan)
+    cdef _StepShape shape
+    cdef Step step
+    cdef ArgRef ref
+    cdef Py_ssize_t i, slot
+    cdef tuple names = kwnames if kwnames is not None else ()
+    plan.nargs = nargs
+    plan.kwnames = kwnames
+    plan.fit = False
+    if chain.around or chain.error or nargs + len(names) > MAX_STACK:
+        return plan
+    shaped = {}
+    for phase, steps in ((C_PRE, chain.pre), (C_POST, chain.post)):
+        out = []
+        for step in steps:
+            shape = _StepShape.__new__(_StepShape)
+            shape.step = step
+            shape.n = len(step.refs)
+            shape.nkw = len(step.kwnames)
+            defaults = []
+            for i in range(shape.n):
+                ref = step.refs[i]
+                if ref.kind == C_RETURN_VALUE:
+                    slot = SLOT_RESULT
+                elif ref.kind > C_KW_ONLY:
+                    return plan  # *args, **kwargs, exception: general path
+                elif ref.kind != C_KW_ONLY and ref.index < nargs:
+                    slot = ref.index
+                elif ref.kind != C_POS_ONLY and ref.name in names:
+                    slot = nargs + names.index(ref.name)
+                else:
+                    # Not passed by the caller: read its default. A pre callback
+                    # replacing it would need a new keyword: general path.
+                    if phase == C_PRE or ref.default is MISSING:
+                        return plan
+                    slot = SLOT_DEFAULT
+                shape.slots[i] = slot
+                defaults.append(ref.default)
+            shape.defaults = tuple(defaults)
+            shape.names = tuple([r.name for r in step.refs])
+            out.append(shape)
+        shaped[phase] = tuple(out)
+    plan.pre = shaped[C_PRE]
+    plan.post = shaped[C_POST]
+    plan.fit = True
+    return plan
+
+
+cdef inline object _call_step(Step step, PyObject **stack, Py_ssize_t m, Py_ssize_t nkw):
+    try:
+        if nkw:
+            return PyObject_Vectorcall(step.fn, stack, m - nkw, <PyObject *>step.kwnames)
+        return PyObject_Vectorcall(step.fn, stack, m, NULL)
+    except BaseException as exc:
+        exc.add_note(_callback_note(step))
+        raise
+
+
+cdef inline Py_ssize_t _fill_stack(_StepShape shape, PyObject **stack, object obj, PyObject **buf,
+                                   object result):
+    cdef Py_ssize_t m = 0, i, slot
+    if shape.step.pass_obj:
+        stack[0] = <PyObject *>obj
+        m = 1
+    for i in range(shape.n):
+        slot = shape.slots[i]
+        if slot >= 0:
+            stack[m] = buf[slot]
+        elif slot == SLOT_RESULT:
+            stack[m] = <PyObject *>result
+        else:
+            stack[m] = <PyObject *>(<tuple>shape.defaults)[i]
+        m += 1
+    return m
+
+
+cdef object _run_fast(_ShapePlan plan, object func, object obj, PyObject **args,
+                      Py_ssize_t nargs, PyObject *kwnames):
+    cdef PyObject *buf[MAX_STACK]
+    cdef PyObject *stack[MAX_STACK]
+    cdef unsigned long long owned = 0  # bit i: buf[i] is a reference we hold
+    cdef Py_ssize_t total = nargs, i, m, slot, n
+    cdef _StepShape shape
+    cdef Step step
+    cdef object raw, value, result = None
+    if kwnames is not NULL:
+        total += len(<tuple>kwnames)
+    for i in range(total):
+        buf[i] = args[i]
+    try:
+        for shape in plan.pre:
+            step = shape.step
+            if step.gate is not None and not step.gate.admit(obj):
+                continue
+            m = _fill_stack(shape, stack, obj, buf, None)
+            raw = _call_step(step, stack, m, shape.nkw)
+            n = shape.n
+            if n == 0:
+                if raw is not None:
+                    raise _return_error(step, raw, ())
+                continue
+            if n == 1:
+                slot = shape.slots[0]
+                if raw is None and buf[slot] != <PyObject *>None:
+                    raise _return_error(step, raw, shape.names)
+                Py_INCREF(raw)
+                if owned & (1ULL << slot):
+                    Py_XDECREF(buf[slot])
+                buf[slot] = <PyObject *>raw
+                owned |= 1ULL << slot
+                continue
+            if type(raw) is not tuple or len(<tuple>raw) != n:
+                raise _return_error(step, raw, shape.names)
+            for i in range(n):
+                if (<tuple>raw)[i] is None and buf[shape.slots[i]] != <PyObject *>None:
+                    raise _return_error(step, raw, shape.names)
+            for i in range(n):
+                slot = shape.slots[i]
+                value = (<tuple>raw)[i]
+                Py_INCREF(value)
+                if owned & (1ULL << slot):
+                    Py_XDECREF(buf[slot])
+                buf[slot] = <PyObject *>value
+                owned |= 1ULL << slot
+        result = PyObject_Vectorcall(func, buf, nargs, kwnames)
+        for shape in plan.post:
+            step = shape.step
+            if step.gate is not None and not step.gate.admit(obj):
+                continue
+            m = _fill_stack(shape, stack, obj, buf, result)
+            raw = _call_step(step, stack, m, shape.nkw)
+            if step.consumes:
+                if raw is None and result is not None:
+                    raise _return_error(step, raw, ("return_value",))
+                result = raw
+            elif raw is not None:
+                raise _return_error(step, raw, ())
+        return result
+    finally:
+        if owned:
+            for i in range(total):
+                if owned & (1ULL << i):
+                    Py_XDECREF(buf[i])
 
 
 cdef class HookState:
@@ -321,6 +504,7 @@ cdef object _join_point_vectorcall(JoinPoint self, PyObject **args, size_t nargs
     cdef Chain chain
     cdef PyObject **dictptr
     cdef PyObject *state
+    cdef _ShapePlan plan
     cdef list call_args
     cdef dict call_kwargs
     if self.binding == C_FUNCTION:
@@ -345,6 +529,15 @@ cdef object _join_point_vectorcall(JoinPoint self, PyObject **args, size_t nargs
                 chain = (<HookState>state).chain_for(self, chain)
     if chain.empty:
         return PyObject_Vectorcall(self.func, args, nargsf, kwnames)
+    if not self.is_async:
+        plan = chain.shape
+        if (plan is None or plan.nargs != nargs
+                or (plan.kwnames is not (<object>kwnames if kwnames is not NULL else None)
+                    and plan.kwnames != (<object>kwnames if kwnames is not NULL else None))):
+            plan = _plan_shape(chain, nargs, <object>kwnames if kwnames is not NULL else None)
+            chain.shape = plan
+        if plan.fit:
+            return _run_fast(plan, self.func, obj, args, nargs, kwnames)
     # Callbacks to run: take the arguments into a list and a dict they may rewrite.
     call_args = [<object>args[i] for i in range(nargs)]
     call_kwargs = {}

@@ -125,6 +125,9 @@ def as_join_point(value: Any) -> Any:
     """The JoinPoint behind a class attribute (or None): bare, or inside a wrapt wrapper."""
     if type(value) is JoinPoint:
         return value
+    if isinstance(value, (classmethod, staticmethod)):
+        inner = value.__func__
+        return inner if type(inner) is JoinPoint else None
     if getattr(type(value), "_hookwrap_join_point", False):
         return value._self_join_point
     return None
@@ -138,9 +141,14 @@ def join_points(tp: type) -> dict[str, Any]:
         return cached[1]
     found: dict[str, Any] = {}
     for klass in tp.__mro__:
-        for value in vars(klass).values():
+        for attr, value in vars(klass).items():
             jp = as_join_point(value)
             if jp is not None:
+                if jp.owner is None and type(value) is not JoinPoint:
+                    # inside a classmethod/staticmethod: __set_name__ never reached it
+                    jp.owner, jp.attr_name = klass, attr
+                    if not jp.explicit_event:
+                        jp.event = attr
                 found.setdefault(normalize(jp.event), jp)
     _join_point_cache[tp] = (version, found)
     return found

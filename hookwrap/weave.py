@@ -18,7 +18,7 @@ import wrapt
 
 from ._dispatch import invalidate
 from .errors import HookError
-from .hookable import make_join_point
+from .hookable import make_join_point, name_join_point
 from .registry import as_join_point
 
 __all__ = ["WeaveHandle", "weave"]
@@ -54,8 +54,8 @@ class WeaveHandle:
                     raise HookError(f"weave({self.description}): {name!r} is already a join point.")
                 woven = make_join_point(original, None)
                 setattr(target, name, woven)
-                if is_class and hasattr(woven, "__set_name__"):
-                    woven.__set_name__(target, name)
+                if is_class:
+                    name_join_point(woven, target, name)
                 self._saved.append((target, name, own, original))
             invalidate()
 

@@ -248,3 +248,64 @@ def test_plain_function_callbacks_take_no_self(hw):
         callbacks = [("pre-collate", lambda items: tuple(reversed(items)))]
 
     assert Trainer.collate((1, 2, 3)) == [3, 2, 1]
+
+
+def test_alternating_call_shapes_give_the_same_answers(hw):
+    record = []
+    t = make_trainer(hw, record)
+    t.before("loss", lambda self, batch, scale: (batch + 1, scale * 2))
+    t.after("loss", lambda self, scale, return_value: return_value + scale)
+    results = []
+    for _ in range(3):
+        results.append(t.compute_loss(1))
+        results.append(t.compute_loss(1, 3.0))
+        results.append(t.compute_loss(batch=1, scale=3.0))
+        results.append(t.compute_loss(1, scale=3.0))
+    assert results == [6.0, 18.0, 18.0, 18.0] * 3
+    assert record == [(2, 2.0), (2, 6.0), (2, 6.0), (2, 6.0)] * 3
+
+
+def test_replaced_arguments_are_released(hw):
+    import gc
+    import sys
+    import weakref
+
+    class Box:
+        pass
+
+    sentinel = Box()
+    made = []
+
+    class Trainer(hw.Hookable):
+        @hw.hookable
+        def step(self, a, b):
+            return a
+
+    def replace(self, a, b):
+        new = Box()
+        made.append(weakref.ref(new))
+        return new, b
+
+    t = Trainer()
+    t.before("step", replace)
+    t.before("step", lambda self, a: a)
+    before = sys.getrefcount(sentinel)
+    for _ in range(200):
+        t.step(sentinel, b=sentinel)
+    gc.collect()
+    assert sys.getrefcount(sentinel) == before
+    assert all(ref() is None for ref in made)
+
+
+def test_keyword_passed_callback_parameters_on_every_path(hw):
+    seen = []
+    t = make_trainer(hw, [])
+
+    def cb(self, extra=0, *, scale):
+        seen.append(scale)
+        return scale * 2
+
+    t.before("loss", cb)
+    assert t.compute_loss(1, 2.0) == 4.0
+    assert t.compute_loss(1, scale=3.0) == 6.0
+    assert seen == [2.0, 3.0]

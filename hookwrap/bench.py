@@ -1,0 +1,192 @@
+"""Dispatch benchmarks: the scenarios, and ``python -m hookwrap bench``.
+
+Every number is a ratio to a bare ``obj.step(batch)`` call measured in the same
+process, because these machines are shared and noisy: absolute nanoseconds
+drift, ratios measured side by side hold. The same scenarios back the
+pytest-benchmark suite in ``bench/``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+import timeit
+from typing import Any, Callable
+
+KS = (0, 1, 4, 16)
+
+
+def _pre(self: Any, batch: Any) -> Any:
+    return batch
+
+
+def _post(self: Any, return_value: Any) -> Any:
+    return return_value
+
+
+def _around(self: Any, proceed: Any, batch: Any) -> Any:
+    return proceed(batch)
+
+
+def _pre_free(batch: Any) -> Any:
+    return batch
+
+
+Scenario = tuple[str, dict[str, Any]]  # (statement, namespace) timed as written
+
+
+def scenarios(hw: Any) -> dict[str, Scenario]:
+    """Name -> the statement making one call of that kind, and its namespace.
+
+    Statements are timed as written (``obj.step(batch)``), with no wrapper call
+    around them that would dilute every ratio."""
+    import wrapt
+
+    def body(self: Any, batch: Any) -> Any:
+        return batch
+
+    def closure_deco(f: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(f)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            return f(*args, **kwargs)
+
+        return wrapper
+
+    @wrapt.decorator
+    def passthrough(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        return wrapped(*args, **kwargs)
+
+    class Model(hw.Hookable):
+        fns: tuple[Any, ...] = ()
+
+        def bare(self, batch: Any) -> Any:
+            return batch
+
+        def hand_loop(self, batch: Any) -> Any:
+            for f in self.fns:
+                batch = f(self, batch)
+            return batch
+
+        wrapped_closure = closure_deco(body)
+        wrapped_wrapt = passthrough(body)
+
+        @hw.hookable
+        def step(self, batch: Any) -> Any:
+            return batch
+
+        @hw.hookable
+        @classmethod
+        def build(cls, batch: Any) -> Any:
+            return batch
+
+    def free_bare(batch: Any) -> Any:
+        return batch
+
+    out: dict[str, Scenario] = {}
+    batch = [1, 2, 3]
+    plain = Model()
+    out["bare method"] = ("obj.bare(batch)", {"obj": plain, "batch": batch})
+    out["bare function"] = ("fn(batch)", {"fn": free_bare, "batch": batch})
+    out["functools.wraps closure"] = ("obj.wrapped_closure(batch)", {"obj": plain, "batch": batch})
+    out["wrapt.decorator pass-through"] = ("obj.wrapped_wrapt(batch)", {"obj": plain, "batch": batch})
+    for k in KS:
+        loop = Model()
+        loop.fns = (_pre,) * k
+        out[f"hand loop k={k}"] = ("obj.hand_loop(batch)", {"obj": loop, "batch": batch})
+        for kind, verb, fn, extra in [
+            ("pre", "before", _pre, {}),
+            ("post", "after", _post, {}),
+            ("around", "around", _around, {}),
+            ("pre every=2", "before", _pre, {"every": 2}),
+        ]:
+            obj = Model()
+            for _ in range(k):
+                getattr(obj, verb)("step", fn, **extra)
+            out[f"hookwrap {kind} k={k}"] = ("obj.step(batch)", {"obj": obj, "batch": batch})
+
+        @hw.hookable
+        def free(batch: Any) -> Any:
+            return batch
+
+        for _ in range(k):
+            free.before(_pre_free)
+        out[f"hookwrap function pre k={k}"] = ("fn(batch)", {"fn": free, "batch": batch})
+
+        class Sub(Model):
+            pass
+
+        for _ in range(k):
+            hw.before(Sub, "build", lambda cls, batch: batch)
+        out[f"hookwrap classmethod pre k={k}"] = ("cls.build(batch)", {"cls": Sub, "batch": batch})
+    return out
+
+
+def as_callable(scenario: Scenario) -> Callable[[], Any]:
+    """The scenario as a zero-argument function (for pytest-benchmark)."""
+    stmt, namespace = scenario
+    return eval(f"lambda: {stmt}", dict(namespace))  # noqa: S307 - our own statement
+
+
+def _time(scenario: Scenario, number: int, repeat: int) -> float:
+    """Best-of-``repeat`` seconds per call (the minimum is the least noisy)."""
+    stmt, namespace = scenario
+    timer = timeit.Timer(stmt, globals=dict(namespace))
+    return min(timer.repeat(repeat=repeat, number=number)) / number
+
+
+def measure(hw: Any, number: int = 20000, repeat: int = 7) -> dict[str, float]:
+    """Seconds per call of every scenario, measured in this process."""
+    calls = scenarios(hw)
+    results = {name: _time(scenario, number, repeat) for name, scenario in calls.items()}
+    # The bare call is the unit: take it again at the end, keep the best.
+    results["bare method"] = min(results["bare method"], _time(calls["bare method"], number, repeat))
+    return results
+
+
+def _slope(results: dict[str, float], prefix: str) -> float:
+    lo, hi = results[f"{prefix} k={KS[0]}"], results[f"{prefix} k={KS[-1]}"]
+    return (hi - lo) / (KS[-1] - KS[0])
+
+
+def table(results: dict[str, float], implementation: str) -> str:
+    unit = results["bare method"]
+    lines = [f"hookwrap dispatch: {implementation}; ratios to a bare obj.step(batch) call "
+             f"({unit * 1e9:.1f} ns here)", ""]
+    lines.append(f"  {'scenario':<36}{'ns/call':>10}{'ratio':>9}")
+    for name, seconds in results.items():
+        lines.append(f"  {name:<36}{seconds * 1e9:>10.1f}{seconds / unit:>8.2f}x")
+    hand = _slope(results, "hand loop")
+    lines.append("")
+    lines.append(f"  per-callback cost (k={KS[0]}->{KS[-1]} slope), and its ratio to the hand-written loop's:")
+    lines.append(f"  {'hand loop':<36}{hand * 1e9:>10.1f}{1:>8.2f}x")
+    for prefix in ["hookwrap pre", "hookwrap post", "hookwrap around", "hookwrap pre every=2",
+                   "hookwrap function pre", "hookwrap classmethod pre"]:
+        s = _slope(results, prefix)
+        lines.append(f"  {prefix:<36}{s * 1e9:>10.1f}{s / hand:>8.2f}x")
+    return "\n".join(lines)
+
+
+def run_one(number: int) -> str:
+    import hookwrap as hw
+
+    name = "compiled (hookwrap._fast)" if hw.USING_EXTENSION else "pure Python twin (hookwrap._fast_py)"
+    return table(measure(hw, number=number), name)
+
+
+def main(number: int = 20000, both: bool = True) -> int:
+    """Print the table for the implementation in use, then (``both``) for the other one,
+    each measured in a fresh process of its own."""
+    if not both:
+        print(run_one(number))
+        return 0
+    for flag in ("", "1"):
+        env = dict(os.environ, HOOKWRAP_NO_EXTENSIONS=flag)
+        code = f"from hookwrap.bench import run_one; print(run_one({number}))"
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        if out.returncode:
+            sys.stderr.write(out.stderr)
+            return out.returncode
+        print(out.stdout)
+    return 0
