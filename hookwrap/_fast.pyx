@@ -280,10 +280,12 @@ cdef class Chain:
     cdef readonly tuple around
     cdef readonly tuple error
     cdef readonly bint empty
+    cdef readonly bint check_state
+    cdef readonly bint passthrough
     cdef _ShapePlan shape  # the plan for the last call shape seen (fast path)
 
     def __init__(self, tp, unsigned long long version, bint fire, tuple pre, tuple post,
-                 tuple around=(), tuple error=()):
+                 tuple around=(), tuple error=(), bint check_state=True):
         self.tp = tp
         self.version = version
         self.fire = fire  # False when a subclass overrides this join point (super() call)
@@ -292,6 +294,10 @@ cdef class Chain:
         self.around = around
         self.error = error
         self.empty = not (pre or post or around or error)
+        # Could an instance of `tp` hold callbacks of its own? (registry knows)
+        self.check_state = check_state
+        # The one check a call makes when nothing can run.
+        self.passthrough = not fire or (self.empty and not check_state)
 
 
 # --- The fast path: one plan per call shape ------------------------------------
@@ -519,9 +525,9 @@ cdef object _join_point_vectorcall(JoinPoint self, PyObject **args, size_t nargs
     if chain.tp is not tp or chain.version != _version:
         chain = _resolve_type(self, tp)
         self._chain = chain
-    if not chain.fire:
+    if chain.passthrough:
         return PyObject_Vectorcall(self.func, args, nargsf, kwnames)
-    if obj is not None:
+    if chain.check_state:
         dictptr = _PyObject_GetDictPtr(obj)
         if dictptr is not NULL and dictptr[0] is not NULL:
             state = PyDict_GetItem(<object>dictptr[0], STATE_KEY)
@@ -606,6 +612,11 @@ cdef class JoinPoint:
         return self.__qualname__
 
 
+def as_attribute(JoinPoint jp):
+    """What to store in a class or module for ``jp``: the join point itself."""
+    return jp
+
+
 cdef JoinPoint _probe = JoinPoint.__new__(JoinPoint)
 hookwrap_enable_vectorcall(<PyTypeObject *>JoinPoint,
                            <Py_ssize_t>(<char *>&_probe.vectorcall - <char *><PyObject *>_probe))
@@ -639,6 +650,12 @@ cdef object _run_main(Chain chain, object func, object obj, list args, dict kwar
             raw = step.invoke(obj, args, kwargs, result)
             result = step.absorb(obj, args, kwargs, raw, result)
     return result
+
+
+def compile_runner(Chain chain, Py_ssize_t nargs):
+    """The pure twin generates per-shape code here; the compiled fast path plans
+    shapes in C (_plan_shape), so there is nothing to generate."""
+    return False
 
 
 def run_chain(Chain chain, func, obj, args, kwargs):

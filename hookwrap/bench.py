@@ -91,6 +91,13 @@ def scenarios(hw: Any) -> dict[str, Scenario]:
     out["bare function"] = ("fn(batch)", {"fn": free_bare, "batch": batch})
     out["functools.wraps closure"] = ("obj.wrapped_closure(batch)", {"obj": plain, "batch": batch})
     out["wrapt.decorator pass-through"] = ("obj.wrapped_wrapt(batch)", {"obj": plain, "batch": batch})
+    # Instance callbacks on one object make its class look for instance state on
+    # every call; measure that apart from the plain "nothing registered" case.
+    class Shared(Model):
+        pass
+
+    Shared().before("step", _pre)
+    out["hookwrap k=0, a sibling has callbacks"] = ("obj.step(batch)", {"obj": Shared(), "batch": batch})
     for k in KS:
         loop = Model()
         loop.fns = (_pre,) * k
@@ -101,7 +108,7 @@ def scenarios(hw: Any) -> dict[str, Scenario]:
             ("around", "around", _around, {}),
             ("pre every=2", "before", _pre, {"every": 2}),
         ]:
-            obj = Model()
+            obj = type("Model", (Model,), {})()  # a class of its own per scenario
             for _ in range(k):
                 getattr(obj, verb)("step", fn, **extra)
             out[f"hookwrap {kind} k={k}"] = ("obj.step(batch)", {"obj": obj, "batch": batch})

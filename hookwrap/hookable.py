@@ -16,9 +16,9 @@ from typing import Any, Callable, TypeVar, overload
 
 import wrapt
 
-from ._dispatch import CLASSMETHOD, FUNCTION, JoinPoint
+from ._dispatch import CLASSMETHOD, FUNCTION, JoinPoint, as_attribute
 from .errors import HookError
-from .registry import Handle, as_join_point, register, track_join_point
+from .registry import Handle, as_join_point, name_join_point, register, track_join_point
 
 __all__ = ["HookableWrapper", "hookable", "make_join_point", "name_join_point"]
 
@@ -113,24 +113,11 @@ def hookable(fn: Any = None, /) -> Any:
 
 
 def _function_join_point(fn: FunctionType, event: str | None, binding: int) -> Any:
+    """A join point for a plain function, as the object to store (see as_attribute)."""
     jp = track_join_point(JoinPoint(fn, event, binding))
     functools.update_wrapper(jp, fn)
     vars(jp).update(_registration_verbs(jp))
-    return jp
-
-
-def name_join_point(value: Any, owner: type, name: str) -> None:
-    """``__set_name__`` for a join point stored in a class after its creation, or
-    inside a classmethod/staticmethod (which do not pass ``__set_name__`` on)."""
-    jp = as_join_point(value)
-    if jp is None:
-        return
-    if type(value) is JoinPoint:
-        value.__set_name__(owner, name)
-        return
-    jp.owner, jp.attr_name = owner, name
-    if not jp.explicit_event:
-        jp.event = name
+    return as_attribute(jp)
 
 
 def make_join_point(fn: Any, event: str | None) -> Any:

@@ -64,6 +64,7 @@ __all__ = [
     "find_join_point",
     "instance_state",
     "join_points",
+    "name_join_point",
     "prepare_class",
     "register",
     "register_entries",
@@ -100,6 +101,9 @@ _checked: weakref.WeakSet[type] = weakref.WeakSet()  # classes whose class tier 
 # Hookable subclasses: only they declare callbacks (a `callbacks` list, `*_callback`
 # methods). On any other class -- a woven third-party one -- such names mean nothing.
 _prepared: weakref.WeakSet[type] = weakref.WeakSet()
+# Classes some instance of which holds callbacks of its own (an InstanceHooks):
+# only their calls look for instance state.
+_stateful_types: weakref.WeakSet[type] = weakref.WeakSet()
 _join_point_cache: weakref.WeakKeyDictionary[type, tuple[int, dict[str, Any]]] = (
     weakref.WeakKeyDictionary()
 )
@@ -123,14 +127,32 @@ def track_join_point(jp: Any) -> Any:
 
 def as_join_point(value: Any) -> Any:
     """The JoinPoint behind a class attribute (or None): bare, or inside a wrapt wrapper."""
+    if isinstance(value, (classmethod, staticmethod)):
+        value = value.__func__
     if type(value) is JoinPoint:
         return value
-    if isinstance(value, (classmethod, staticmethod)):
-        inner = value.__func__
-        return inner if type(inner) is JoinPoint else None
+    if type(value) is FunctionType:  # the pure twin stores a dispatch function
+        return value.__dict__.get("__hookwrap_join_point__")
     if getattr(type(value), "_hookwrap_join_point", False):
         return value._self_join_point
     return None
+
+
+def name_join_point(value: Any, owner: type, name: str) -> None:
+    """``__set_name__`` for a join point that Python did not name: stored in a class
+    after its creation, inside a classmethod/staticmethod, or (pure twin) stored as
+    its dispatch function."""
+    jp = as_join_point(value)
+    if jp is None:
+        return
+    if type(value) is JoinPoint:
+        value.__set_name__(owner, name)
+        return
+    jp.owner, jp.attr_name = owner, name
+    if not jp.explicit_event:
+        jp.event = name
+    if type(value) is FunctionType and jp.binding == FUNCTION:
+        jp.binding = METHOD  # a plain function in a class body: an instance method
 
 
 def join_points(tp: type) -> dict[str, Any]:
@@ -144,11 +166,8 @@ def join_points(tp: type) -> dict[str, Any]:
         for attr, value in vars(klass).items():
             jp = as_join_point(value)
             if jp is not None:
-                if jp.owner is None and type(value) is not JoinPoint:
-                    # inside a classmethod/staticmethod: __set_name__ never reached it
-                    jp.owner, jp.attr_name = klass, attr
-                    if not jp.explicit_event:
-                        jp.event = attr
+                if jp.owner is None:
+                    name_join_point(value, klass, attr)
                 found.setdefault(normalize(jp.event), jp)
     _join_point_cache[tp] = (version, found)
     return found
@@ -298,12 +317,13 @@ def entries_for(event: str, phase_filter: Callable[[str], bool], tp: Any, jp: An
 def _build_chain(jp: Any, tp: Any, state: Any, version: int) -> Any:
     spec = spec_of(jp)
     steps: dict[int, list[Any]] = {PRE: [], POST: [], AROUND: [], ERROR: []}
+    check_state = state is None and jp.binding == METHOD and tp in _stateful_types
     for e in entries_for(normalize(jp.event), lambda p: p != CUSTOM, tp, jp, state):
         phase = PHASE_CODES[e.phase]
         gate = e.options.gate if e.options is not None else None
         steps[phase].append(plan_step(e.fn, phase, spec, spec.has_obj, gate))
     return Chain(tp, version, True, tuple(steps[PRE]), tuple(steps[POST]),
-                 tuple(steps[AROUND]), tuple(steps[ERROR]))
+                 tuple(steps[AROUND]), tuple(steps[ERROR]), check_state)
 
 
 def resolve_type(jp: Any, tp: Any) -> Any:
@@ -428,6 +448,10 @@ class InstanceHooks(HookState):
     def __init__(self, cls: type, callbacks: Iterable[Any] = ()) -> None:
         super().__init__()
         self.cls = cls
+        with _lock:  # from now on, calls on `cls` instances look for instance state
+            if cls not in _stateful_types:
+                _stateful_types.add(cls)
+                invalidate()
         self.callbacks = InstanceCallbackList(cls, callbacks)
         self.emit_cache: dict[str, Any] = {}
 
@@ -709,6 +733,10 @@ def declared_callbacks(cls: Any) -> list[tuple[str, Any]]:
 
 
 def _keep_overrides_hookable(cls: type) -> None:
+    for name, value in list(vars(cls).items()):  # name first: __set_name__ may not have
+        jp = as_join_point(value)
+        if jp is not None and jp.owner is None:
+            name_join_point(value, cls, name)
     for name, value in list(vars(cls).items()):
         inherited = None
         for base in cls.__mro__[1:]:
@@ -722,11 +750,13 @@ def _keep_overrides_hookable(cls: type) -> None:
             if not own.explicit_event:  # an override keeps the event name it overrides
                 own.event = inherited.event
         elif isinstance(value, FunctionType):
-            jp = track_join_point(JoinPoint(value, inherited.event, METHOD))
-            functools.update_wrapper(jp, value)
+            from .hookable import make_join_point  # (hookable imports this module)
+
+            attribute = make_join_point(value, inherited.event)
+            jp = as_join_point(attribute)
             jp.explicit_event = inherited.explicit_event
-            setattr(cls, name, jp)
-            jp.__set_name__(cls, name)
+            setattr(cls, name, attribute)
+            name_join_point(attribute, cls, name)
 
 
 def check_class_tier(cls: type) -> None:
