@@ -163,6 +163,19 @@ cdef class ArgRef:
             kwargs.update(value)
 
 
+cdef class Step
+
+
+cdef object _call_step(Step step, PyObject **stack, Py_ssize_t m, Py_ssize_t nkw):
+    try:
+        if nkw:
+            return PyObject_Vectorcall(step.fn, stack, m - nkw, <PyObject *>step.kwnames)
+        return PyObject_Vectorcall(step.fn, stack, m, NULL)
+    except BaseException as exc:
+        exc.add_note(_callback_note(step))
+        raise
+
+
 @cython.final
 cdef class Step:
     """One callback planned against one join point: what to pass, what comes back."""
@@ -217,13 +230,7 @@ cdef class Step:
                 Py_INCREF(value)
                 stack[n] = <PyObject *>value
                 n += 1
-            try:
-                if nkw:
-                    return PyObject_Vectorcall(self.fn, stack, n - nkw, <PyObject *>self.kwnames)
-                return PyObject_Vectorcall(self.fn, stack, n, NULL)
-            except BaseException as exc:
-                exc.add_note(_callback_note(self))
-                raise
+            return _call_step(self, stack, n, nkw)
         finally:
             for i in range(n):
                 Py_XDECREF(stack[i])
@@ -383,16 +390,6 @@ cdef _ShapePlan _plan_shape(Chain chain, Py_ssize_t nargs, object kwnames):
     plan.post = shaped[C_POST]
     plan.fit = True
     return plan
-
-
-cdef inline object _call_step(Step step, PyObject **stack, Py_ssize_t m, Py_ssize_t nkw):
-    try:
-        if nkw:
-            return PyObject_Vectorcall(step.fn, stack, m - nkw, <PyObject *>step.kwnames)
-        return PyObject_Vectorcall(step.fn, stack, m, NULL)
-    except BaseException as exc:
-        exc.add_note(_callback_note(step))
-        raise
 
 
 cdef inline Py_ssize_t _fill_stack(_StepShape shape, PyObject **stack, object obj, PyObject **buf,

@@ -175,22 +175,38 @@ def table(results: dict[str, float], implementation: str) -> str:
     return "\n".join(lines)
 
 
-def run_one(number: int) -> str:
+def run_one(number: int, step: bool = False) -> str:
+    """The ratio table (and with ``step``, the training-step share) for the
+    implementation this process uses."""
     import hookwrap as hw
 
     name = "compiled (hookwrap._fast)" if hw.USING_EXTENSION else "pure Python twin (hookwrap._fast_py)"
-    return table(measure(hw, number=number), name)
+    out = table(measure(hw, number=number), name)
+    if step:
+        from .bench_step import report
+
+        out += "\n\n" + report()
+    return out
 
 
-def main(number: int = 20000, both: bool = True) -> int:
-    """Print the table for the implementation in use, then (``both``) for the other one,
+def main(number: int = 20000, both: bool = True, step: bool = False) -> int:
+    """Print the table for the compiled dispatch, then (``both``) for the pure twin,
     each measured in a fresh process of its own."""
+    if step:
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            sys.stderr.write(
+                "python -m hookwrap bench --step needs torch: pip install 'hookwrap[torch]' "
+                "(on these machines, pip install torch==2.13.0 takes the CPU wheel on disk).\n"
+            )
+            return 2
     if not both:
-        print(run_one(number))
+        print(run_one(number, step))
         return 0
     for flag in ("", "1"):
         env = dict(os.environ, HOOKWRAP_NO_EXTENSIONS=flag)
-        code = f"from hookwrap.bench import run_one; print(run_one({number}))"
+        code = f"from hookwrap.bench import run_one; print(run_one({number}, {step}))"
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
         if out.returncode:
             sys.stderr.write(out.stderr)

@@ -56,6 +56,7 @@ __all__ = [
     "Handle",
     "InstanceCallbackList",
     "InstanceHooks",
+    "Removable",
     "all_join_points",
     "as_join_point",
     "declared_callbacks",
@@ -521,7 +522,22 @@ def check_custom_callback(fn: Any, where: str, pass_obj: bool) -> None:
             )
 
 
-class Handle:
+class Removable:
+    """Undone by ``remove()``; also a context manager that removes on exit."""
+
+    __slots__ = ()
+
+    def remove(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+
+class Handle(Removable):
     """What every registration returns: ``remove()`` it (idempotent), or use it as a
     context manager. Registered without a function (``@obj.before("loss")``), it is
     the decorator: applying it registers the function and returns it unchanged."""
@@ -552,12 +568,6 @@ class Handle:
                         del entries[i]
                         break
             invalidate()
-
-    def __enter__(self) -> Handle:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.remove()
 
     def __repr__(self) -> str:
         state = "active" if self.active else ("pending" if self._register else "removed")

@@ -19,14 +19,14 @@ import wrapt
 from ._dispatch import invalidate
 from .errors import HookError
 from .hookable import make_join_point, name_join_point
-from .registry import as_join_point
+from .registry import Removable, as_join_point
 
 __all__ = ["WeaveHandle", "weave"]
 
 _lock = threading.Lock()
 
 
-class WeaveHandle:
+class WeaveHandle(Removable):
     """Undoes a weave: ``remove()`` puts every original back (idempotent)."""
 
     def __init__(self, description: str) -> None:
@@ -69,12 +69,6 @@ class WeaveHandle:
                     delattr(owner, name)
             self._saved.clear()
             invalidate()
-
-    def __enter__(self) -> WeaveHandle:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.remove()
 
     def __repr__(self) -> str:
         state = "applied" if self.applied else ("removed" if self._removed else "pending import")

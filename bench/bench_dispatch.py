@@ -1,0 +1,38 @@
+"""Dispatch overhead with pytest-benchmark (pluggy's testing/benchmark.py is the model).
+
+Run: ``python -m pytest bench --benchmark-enable`` (the test run keeps them
+correct with benchmarks disabled). Compare ratios within one run: the
+``bare method`` row is the unit. ``python -m hookwrap bench`` prints the same
+scenarios as a ratio table without pytest.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from hookwrap.bench import KS
+
+NAMES = (
+    ["bare method", "bare function", "functools.wraps closure", "wrapt.decorator pass-through",
+     "hookwrap k=0, a sibling has callbacks"]
+    + [f"hand loop k={k}" for k in KS]
+    + [f"hookwrap {kind} k={k}" for kind in ("pre", "post", "around", "pre every=2", "function pre",
+                                             "classmethod pre") for k in KS]
+)
+
+
+@pytest.fixture(scope="module")
+def calls(hw_module):
+    bench = importlib.import_module("hookwrap.bench")
+    scenarios = bench.scenarios(hw_module)
+    return {name: bench.as_callable(scenario) for name, scenario in scenarios.items()}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def bench_dispatch(benchmark, calls, name):
+    call = calls[name]
+    expected = call()  # every scenario passes the batch through unchanged
+    result = benchmark(call)
+    assert result == expected == [1, 2, 3]

@@ -1,0 +1,62 @@
+"""``python -m hookwrap bench`` runs and prints its table (no timing is asserted:
+speed goals live in bench/, and these machines are noisy)."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+
+def test_ratio_table_has_every_scenario_and_the_slopes(hw):
+    bench = importlib.import_module("hookwrap.bench")
+    results = bench.measure(hw, number=20, repeat=1)
+    assert set(results) == set(bench.scenarios(hw))
+    text = bench.table(results, "test")
+    assert "bare method" in text and "1.00x" in text
+    for prefix in ["hand loop", "hookwrap pre", "hookwrap around", "hookwrap pre every=2"]:
+        assert f"  {prefix:<36}" in text
+
+
+def test_every_scenario_really_calls_through_the_hooks(hw):
+    bench = importlib.import_module("hookwrap.bench")
+    for name, scenario in bench.scenarios(hw).items():
+        assert bench.as_callable(scenario)() == [1, 2, 3], name
+
+
+def test_bench_command_current_implementation_only():
+    out = subprocess.run([sys.executable, "-m", "hookwrap", "bench", "--number", "20", "--current-only"],
+                         capture_output=True, text=True, check=True)
+    assert "ratios to a bare obj.step(batch) call" in out.stdout
+    assert "per-callback cost" in out.stdout
+
+
+def test_step_report_needs_torch_or_says_so():
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        out = subprocess.run([sys.executable, "-m", "hookwrap", "bench", "--step", "--current-only"],
+                             capture_output=True, text=True)
+        assert out.returncode == 2 and "needs torch" in out.stderr
+        return
+    step = importlib.import_module("hookwrap.bench_step")
+    text = step.report(number=5)
+    assert "8 join points x 2 callbacks" in text and "overhead / step" in text
+
+
+def test_step_loop_fires_every_callback(hw):
+    step = importlib.import_module("hookwrap.bench_step")
+    cls = step._hooked_class(hw)
+    calls = []
+    for event in step.EVENTS:
+        hw.after(cls, event, lambda self, event=event: calls.append(event))
+    obj = cls(step._NoOps())
+    obj.train_step(obj.ops.batch)
+    assert sorted(calls) == sorted(step.EVENTS)
+    described = hw.describe(obj)
+    assert all(len(described.chains[e]) == 3 for e in step.EVENTS)
+
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # torch's NumPy notice
