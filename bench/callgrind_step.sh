@@ -2,10 +2,13 @@
 # Hook overhead of a training step in instructions (valgrind --tool=callgrind):
 # stable on a noisy machine where a timed A/B of two ~300 us steps is not.
 # Runs the plain and the hooked loop for N1 and N2 steps; the difference per
-# step cancels torch's import and start-up. Takes several minutes.
+# step cancels torch's import and start-up. A fixed PYTHONHASHSEED keeps the
+# start-up identical between runs (random hashing moves it by millions of
+# instructions). Takes several minutes.
 set -euo pipefail
+export PYTHONHASHSEED=0
 N1=${N1:-50}
-N2=${N2:-250}
+N2=${N2:-1050}
 count() {
     valgrind --tool=callgrind --callgrind-out-file=/dev/null \
         python -m hookwrap.bench_step "$1" "$2" 2>&1 | awk '/Collected/ {print $4}'

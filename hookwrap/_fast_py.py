@@ -42,10 +42,14 @@ ERROR = 3
 MISSING = inspect.Parameter.empty
 STATE_KEY = "__hookwrap__"
 
+def _unset(*args: Any) -> Any:
+    raise RuntimeError("hookwrap.registry has not installed the chain planners")
+
+
 _version = 0
-_resolve_type: Callable[..., Chain] | None = None
-_resolve_instance: Callable[..., Chain] | None = None
-_run_async: Callable[..., Any] | None = None
+_resolve_type: Callable[..., Chain] = _unset
+_resolve_instance: Callable[..., Chain] = _unset
+_run_async: Callable[..., Any] = _unset
 
 
 def invalidate() -> None:
@@ -284,7 +288,7 @@ class JoinPoint:
 
     def __reduce__(self) -> str:
         # Pickle by reference, like the function it wraps.
-        return self.__qualname__  # type: ignore[no-any-return]
+        return str(getattr(self, "__qualname__"))
 
 
 def as_attribute(jp: JoinPoint) -> Any:

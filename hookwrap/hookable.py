@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from types import FunctionType
-from typing import Any, Callable, TypeVar, overload
+from typing import Any, Callable, SupportsIndex, TypeVar, overload
 
 import wrapt
 
@@ -88,7 +88,7 @@ class HookableWrapper(wrapt.FunctionWrapper):  # type: ignore[misc]
         """Observe an exception raised by this join point."""
         return self._self_verbs["on_error"](fn, **options)
 
-    def __reduce_ex__(self, protocol: int) -> str:
+    def __reduce_ex__(self, protocol: SupportsIndex) -> str:
         # wrapt refuses to pickle proxies; a module-level join point pickles by name.
         return self.__qualname__  # type: ignore[no-any-return]
 

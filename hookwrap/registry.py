@@ -392,7 +392,7 @@ class InstanceCallbackList(list):  # type: ignore[type-arg]
             super().insert(index, self._check(item))
             self._changed()
 
-    def __iadd__(self, items: Iterable[Any]) -> InstanceCallbackList:  # type: ignore[override]
+    def __iadd__(self, items: Iterable[Any]) -> InstanceCallbackList:  # type: ignore[override, misc]
         self.extend(items)
         return self
 
@@ -433,7 +433,7 @@ class InstanceCallbackList(list):  # type: ignore[type-arg]
             super().reverse()
             self._changed()
 
-    def __imul__(self, n: Any) -> InstanceCallbackList:  # type: ignore[override]
+    def __imul__(self, n: Any) -> InstanceCallbackList:  # type: ignore[override, misc]
         with _lock:
             super().__imul__(n)
             self._changed()
