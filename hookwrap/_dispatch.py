@@ -11,6 +11,14 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+__all__ = [
+    "AROUND", "CLASSMETHOD", "ERROR", "EXCEPTION", "FUNCTION", "KW_ONLY", "METHOD", "MISSING",
+    "NO_EXTENSIONS", "POST", "POS_ONLY", "POS_OR_KW", "PRE", "RETURN_VALUE", "STATE_KEY",
+    "USING_EXTENSION", "VAR_KW", "VAR_POS", "ArgRef", "Chain", "HookState", "JoinPoint",
+    "Proceed", "Step", "as_attribute", "call_around", "compile_runner", "current_version",
+    "invalidate", "run_chain", "run_error_steps", "set_resolvers",
+]
+
 NO_EXTENSIONS = bool(os.environ.get("HOOKWRAP_NO_EXTENSIONS")) or (
     sys.implementation.name != "cpython"
 )

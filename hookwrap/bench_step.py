@@ -167,7 +167,7 @@ def _hooked_class(hw: Any) -> type:
     for event in EVENTS:
         name = first_arg.get(event)
         if name is None:
-            pre = _named("pre", event, f"def pre(self):\n    pass\n")
+            pre = _named("pre", event, "def pre(self):\n    pass\n")
         else:
             pre = _named("pre", event, f"def pre(self, {name}):\n    return {name}\n")
         post = _named("post", event, "def post(self, return_value):\n    return return_value\n")

@@ -23,7 +23,6 @@ start (snapshot semantics); registration holds one lock.
 
 from __future__ import annotations
 
-import functools
 import threading
 import weakref
 from types import FunctionType, ModuleType
@@ -48,7 +47,7 @@ from .asyncrun import run_chain_async
 from .errors import HookError, UnknownEventError, closest
 from .events import CUSTOM, PHASES, callback_method_event, normalize, parse_event
 from .options import Registration, make_options, options_of, order_entries
-from .signature import PHASE_NAMES, JoinPointSpec, callable_label, plan_step
+from .signature import JoinPointSpec, callable_label, plan_step
 
 __all__ = [
     "ClassCallbacksAttribute",
@@ -315,6 +314,24 @@ def entries_for(event: str, phase_filter: Callable[[str], bool], tp: Any, jp: An
     return core + user + glob
 
 
+# (spec, phase, fn, gate) -> planned Step. Any registration invalidates every
+# chain; rebuilding them should not read each callback's signature again.
+_step_cache: dict[tuple[Any, ...], Any] = {}
+
+
+def _planned(fn: Any, phase: int, spec: JoinPointSpec, gate: Any) -> Any:
+    key = (spec, phase, fn, gate)
+    try:
+        step = _step_cache.get(key)
+    except TypeError:  # an unhashable callable: plan it each time
+        return plan_step(fn, phase, spec, spec.has_obj, gate)
+    if step is None:
+        if len(_step_cache) > 4096:
+            _step_cache.clear()
+        step = _step_cache[key] = plan_step(fn, phase, spec, spec.has_obj, gate)
+    return step
+
+
 def _build_chain(jp: Any, tp: Any, state: Any, version: int) -> Any:
     spec = spec_of(jp)
     steps: dict[int, list[Any]] = {PRE: [], POST: [], AROUND: [], ERROR: []}
@@ -322,7 +339,7 @@ def _build_chain(jp: Any, tp: Any, state: Any, version: int) -> Any:
     for e in entries_for(normalize(jp.event), lambda p: p != CUSTOM, tp, jp, state):
         phase = PHASE_CODES[e.phase]
         gate = e.options.gate if e.options is not None else None
-        steps[phase].append(plan_step(e.fn, phase, spec, spec.has_obj, gate))
+        steps[phase].append(_planned(e.fn, phase, spec, gate))
     return Chain(tp, version, True, tuple(steps[PRE]), tuple(steps[POST]),
                  tuple(steps[AROUND]), tuple(steps[ERROR]), check_state)
 
