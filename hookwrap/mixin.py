@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ._dispatch import STATE_KEY
-from .errors import HookError
-from .hookable import hookable
 from .callback import Callback, add_callback
 from .emit import emit
+from .errors import HookError
 from .events import CUSTOM
+from .hookable import hookable
 from .registry import (
     ClassCallbacksAttribute,
     Handle,
@@ -29,8 +29,9 @@ class DeclaredCallbacks(list):  # type: ignore[type-arg]
     def _refuse(self, *args: Any, **kwargs: Any) -> None:
         raise HookError(
             "a class's declared `callbacks` list is fixed when the class is created. "
-            "Register on one object with obj.callbacks.append(...) or obj.before(...), "
-            "or declare the entry in the class body."
+            "Register for all its instances with hookwrap.before(Cls, 'step', fn) (or after, "
+            "around, on_error), on one object with obj.callbacks.append(...) or "
+            "obj.before(...), or declare the entry in the class body."
         )
 
     append = extend = insert = remove = pop = clear = sort = reverse = _refuse

@@ -342,3 +342,20 @@ def test_compiled_call_with_nothing_registered_allocates_nothing(hw):
 
     # Whatever the loop itself allocates, the hooked calls add nothing to it.
     assert peak_of(hooked_calls) == peak_of(bare_calls)
+
+
+@pytest.mark.parametrize("name", ["pre-loss", "post-step", "", "-x"])
+def test_hookable_refuses_event_strings_as_join_point_names(hw, name):
+    with pytest.raises(hw.HookError, match=r"give the join point name, like 'loss'"):
+        hw.hookable(name)(lambda self: None)
+
+
+def test_join_point_names_that_are_phase_words_are_fine(hw):
+    class Trainer(hw.Hookable):
+        @hw.hookable("error")
+        def report_error(self, x):
+            return x
+
+    t = Trainer()
+    t.after("error", lambda self, return_value: return_value + 1)
+    assert t.report_error(1) == 2
