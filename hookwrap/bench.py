@@ -170,6 +170,9 @@ def table(results: dict[str, float], implementation: str) -> str:
         lines.append(f"  {name:<36}{seconds * 1e9:>10.1f}{seconds / unit:>8.2f}x")
     hand = _slope(results, "hand loop")
     lines.append("")
+    ratio = results[f"hookwrap function pre k={KS[0]}"] / results["bare function"]
+    lines.append(f"  hookable plain function, nothing registered, vs a bare function call: {ratio:.2f}x")
+    lines.append("")
     lines.append(f"  per-callback cost (slope over k = {', '.join(map(str, KS))}), and its ratio to the hand-written loop's:")
     lines.append(f"  {'hand loop':<36}{hand * 1e9:>10.1f}{1:>8.2f}x")
     for prefix in ["hookwrap pre", "hookwrap post", "hookwrap around", "hookwrap pre every=2",
