@@ -410,6 +410,16 @@ cdef inline Py_ssize_t _fill_stack(_StepShape shape, PyObject **stack, object ob
     return m
 
 
+cdef inline unsigned long long _store(PyObject **buf, unsigned long long owned, Py_ssize_t slot,
+                                     object value):
+    """Put a replacement in ``buf[slot]``, holding a reference (bit ``slot`` of ``owned``)."""
+    Py_INCREF(value)
+    if owned & (1ULL << slot):
+        Py_XDECREF(buf[slot])
+    buf[slot] = <PyObject *>value
+    return owned | (1ULL << slot)
+
+
 cdef object _run_fast(_ShapePlan plan, object func, object obj, PyObject **args,
                       Py_ssize_t nargs, PyObject *kwnames):
     cdef PyObject *buf[MAX_STACK]
@@ -418,7 +428,7 @@ cdef object _run_fast(_ShapePlan plan, object func, object obj, PyObject **args,
     cdef Py_ssize_t total = nargs, i, m, slot, n
     cdef _StepShape shape
     cdef Step step
-    cdef object raw, value, result = None
+    cdef object raw, result = None
     if kwnames is not NULL:
         total += len(<tuple>kwnames)
     for i in range(total):
@@ -439,11 +449,7 @@ cdef object _run_fast(_ShapePlan plan, object func, object obj, PyObject **args,
                 slot = shape.slots[0]
                 if raw is None and buf[slot] != <PyObject *>None:
                     raise _return_error(step, raw, shape.names)
-                Py_INCREF(raw)
-                if owned & (1ULL << slot):
-                    Py_XDECREF(buf[slot])
-                buf[slot] = <PyObject *>raw
-                owned |= 1ULL << slot
+                owned = _store(buf, owned, slot, raw)
                 continue
             if type(raw) is not tuple or len(<tuple>raw) != n:
                 raise _return_error(step, raw, shape.names)
@@ -451,13 +457,7 @@ cdef object _run_fast(_ShapePlan plan, object func, object obj, PyObject **args,
                 if (<tuple>raw)[i] is None and buf[shape.slots[i]] != <PyObject *>None:
                     raise _return_error(step, raw, shape.names)
             for i in range(n):
-                slot = shape.slots[i]
-                value = (<tuple>raw)[i]
-                Py_INCREF(value)
-                if owned & (1ULL << slot):
-                    Py_XDECREF(buf[slot])
-                buf[slot] = <PyObject *>value
-                owned |= 1ULL << slot
+                owned = _store(buf, owned, shape.slots[i], (<tuple>raw)[i])
         result = PyObject_Vectorcall(func, buf, nargs, kwnames)
         for shape in plan.post:
             step = shape.step
