@@ -534,11 +534,9 @@ cdef object _join_point_vectorcall(JoinPoint self, PyObject **args, size_t nargs
         return PyObject_Vectorcall(self.func, args, nargsf, kwnames)
     if not self.is_async:
         plan = chain.shape
-        if (plan is None or plan.nargs != nargs
-                or (plan.kwnames is not (<object>kwnames if kwnames is not NULL else None)
-                    and plan.kwnames != (<object>kwnames if kwnames is not NULL else None))):
-            plan = _plan_shape(chain, nargs, <object>kwnames if kwnames is not NULL else None)
-            chain.shape = plan
+        names = <object>kwnames if kwnames is not NULL else None
+        if plan is None or plan.nargs != nargs or (plan.kwnames is not names and plan.kwnames != names):
+            plan = chain.shape = _plan_shape(chain, nargs, names)
         if plan.fit:
             return _run_fast(plan, self.func, obj, args, nargs, kwnames)
     # Callbacks to run: take the arguments into a list and a dict they may rewrite.
