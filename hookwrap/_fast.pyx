@@ -290,6 +290,7 @@ cdef class Chain:
     cdef readonly bint check_state
     cdef readonly bint passthrough
     cdef _ShapePlan shape  # the plan for the last call shape seen (fast path)
+    cdef dict shapes  # every call shape seen: (nargs, keyword names) -> plan
 
     def __init__(self, tp, unsigned long long version, bint fire, tuple pre, tuple post,
                  tuple around=(), tuple error=(), bint check_state=True):
@@ -305,6 +306,7 @@ cdef class Chain:
         self.check_state = check_state
         # The one check a call makes when nothing can run.
         self.passthrough = not fire or (self.empty and not check_state)
+        self.shapes = {}
 
 
 # --- The fast path: one plan per call shape ------------------------------------
@@ -536,7 +538,12 @@ cdef object _join_point_vectorcall(JoinPoint self, PyObject **args, size_t nargs
         plan = chain.shape
         names = <object>kwnames if kwnames is not NULL else None
         if plan is None or plan.nargs != nargs or (plan.kwnames is not names and plan.kwnames != names):
-            plan = chain.shape = _plan_shape(chain, nargs, names)
+            # Another call shape: plan it once, and keep it for callers that alternate.
+            key = (nargs, names)
+            plan = chain.shapes.get(key)
+            if plan is None:
+                plan = chain.shapes[key] = _plan_shape(chain, nargs, names)
+            chain.shape = plan
         if plan.fit:
             return _run_fast(plan, self.func, obj, args, nargs, kwnames)
     # Callbacks to run: take the arguments into a list and a dict they may rewrite.
