@@ -13,7 +13,8 @@ import pytest
 def test_ratio_table_has_every_scenario_and_the_slopes(hw):
     bench = importlib.import_module("hookwrap.bench")
     results = bench.measure(hw, number=20, repeat=1)
-    assert set(results) == set(bench.scenarios(hw))
+    assert set(results) == set(bench.scenarios(hw)) | {"unit"}
+    assert results["unit"] > 0 and all(r > 0 for r in results.values())
     text = bench.table(results, "test")
     assert "bare method" in text and "1.00x" in text
     for prefix in ["hand loop", "hookwrap pre", "hookwrap around", "hookwrap pre every=2"]:
