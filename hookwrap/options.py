@@ -131,8 +131,9 @@ def _label(fn: Any) -> str:
 
 
 def order_entries(entries: Sequence[Any], fn_of: Callable[[Any], Any] = lambda e: e[1]) -> list[Any]:
-    """Registration order; ``prepend=True`` ones first (the latest first); then a
-    stable topological sort by ``before=``/``after=``. A cycle raises HookError."""
+    """Registration order; ``prepend=True`` ones first (the latest first); then
+    ``before=``/``after=``: each entry pulls what must precede it forward, and
+    everything else keeps its place. A cycle raises HookError naming it."""
     if not any(options_of(e) is not None for e in entries):
         return list(entries)
     prepended = [e for e in entries if (options_of(e) and options_of(e).prepend)]  # type: ignore[union-attr]
