@@ -15,8 +15,7 @@ __all__ = [
     "AROUND", "CLASSMETHOD", "ERROR", "EXCEPTION", "FUNCTION", "KW_ONLY", "METHOD", "MISSING",
     "NO_EXTENSIONS", "POST", "POS_ONLY", "POS_OR_KW", "PRE", "RETURN_VALUE", "STATE_KEY",
     "USING_EXTENSION", "VAR_KW", "VAR_POS", "ArgRef", "Chain", "HookState", "JoinPoint",
-    "Proceed", "Step", "as_attribute", "call_around", "compile_runner", "current_version",
-    "invalidate", "run_chain", "run_error_steps", "set_resolvers",
+    "Step", "as_attribute", "call_around", "current_version", "invalidate", "set_resolvers",
 ]
 
 NO_EXTENSIONS = bool(os.environ.get("HOOKWRAP_NO_EXTENSIONS")) or (
@@ -42,15 +41,11 @@ ArgRef = impl.ArgRef
 Chain = impl.Chain
 HookState = impl.HookState
 JoinPoint = impl.JoinPoint
-Proceed = impl.Proceed
 Step = impl.Step
 as_attribute = impl.as_attribute
 call_around = impl.call_around
-compile_runner = impl.compile_runner
 current_version = impl.current_version
 invalidate = impl.invalidate
-run_chain = impl.run_chain
-run_error_steps = impl.run_error_steps
 set_resolvers = impl.set_resolvers
 
 # Plain constants: identical in both implementations (a test checks it).

@@ -172,7 +172,7 @@ cdef object _call_step(Step step, PyObject **stack, Py_ssize_t m, Py_ssize_t nkw
             return PyObject_Vectorcall(step.fn, stack, m - nkw, <PyObject *>step.kwnames)
         return PyObject_Vectorcall(step.fn, stack, m, NULL)
     except BaseException as exc:
-        exc.add_note(_callback_note(step))
+        exc.add_note(_callback_note(step.label, step.event))
         raise
 
 
@@ -467,12 +467,7 @@ cdef object _run_fast(_ShapePlan plan, object func, object obj, PyObject **args,
                 continue
             m = _fill_stack(shape, stack, obj, buf, result)
             raw = _call_step(step, stack, m, shape.nkw)
-            if step.consumes:
-                if raw is None and result is not None:
-                    raise _return_error(step, raw, ("return_value",))
-                result = raw
-            elif raw is not None:
-                raise _return_error(step, raw, ())
+            result = step.absorb(obj, None, None, raw, result)  # post: arguments untouched
         return result
     finally:
         if owned:
@@ -654,18 +649,6 @@ cdef object _run_main(Chain chain, object func, object obj, list args, dict kwar
     return result
 
 
-def compile_runner(Chain chain, Py_ssize_t nargs):
-    """The pure twin generates per-shape code here; the compiled fast path plans
-    shapes in C (_plan_shape), so there is nothing to generate."""
-    return False
-
-
-def run_chain(Chain chain, func, obj, args, kwargs):
-    """Run pre callbacks, the function (inside any around advice), then post callbacks;
-    error callbacks observe an exception raised on the way."""
-    return _run_owned(chain, func, obj, list(args), dict(kwargs))
-
-
 def run_error_steps(Chain chain, obj, list args, dict kwargs, exc):
     cdef Step step
     for step in chain.error:
@@ -720,7 +703,7 @@ cpdef object call_around(tuple around, Py_ssize_t index, object func, object obj
                 return step.fn(proceed, *args, **kwargs)
             except BaseException as exc:
                 if exc is not proceed.raised:
-                    exc.add_note(_callback_note(step))
+                    exc.add_note(_callback_note(step.label, step.event))
                 raise
         index += 1
     if around[0].pass_obj:

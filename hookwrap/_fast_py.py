@@ -161,7 +161,7 @@ class Step:
                 return self.fn(*values[:-n], **keywords)
             return self.fn(*values)
         except BaseException as exc:
-            exc.add_note(_callback_note(self))
+            exc.add_note(_callback_note(self.label, self.event))
             raise
 
     def absorb(self, obj: Any, args: list[Any], kwargs: dict[str, Any], raw: Any,
@@ -350,18 +350,11 @@ def _dispatch(jp: JoinPoint, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
     if not kwargs:
         runner = chain.runners.get(len(args))
         if runner is None:
-            runner = chain.runners[len(args)] = compile_runner(chain, len(args))
+            runner = chain.runners[len(args)] = _compile_runner(chain, len(args))
         if runner:
             return runner(jp.func, obj, args)
     return _run_owned(chain, jp.func, obj, list(args), kwargs)
 
-
-
-def run_chain(chain: Chain, func: Callable[..., Any], obj: Any, args: tuple[Any, ...],
-              kwargs: dict[str, Any]) -> Any:
-    """Run pre callbacks, the function (inside any around advice), then post callbacks;
-    error callbacks observe an exception raised on the way."""
-    return _run_owned(chain, func, obj, list(args), dict(kwargs))
 
 
 def _run_owned(chain: Chain, func: Callable[..., Any], obj: Any, args: list[Any],
@@ -441,7 +434,7 @@ def call_around(around: tuple[Step, ...], index: int, func: Callable[..., Any], 
                 return step.fn(proceed, *args, **kwargs)
             except BaseException as exc:
                 if exc is not proceed.raised:
-                    exc.add_note(_callback_note(step))
+                    exc.add_note(_callback_note(step.label, step.event))
                 raise
         index += 1
     if around[0].pass_obj:
@@ -458,7 +451,7 @@ def call_around(around: tuple[Step, ...], index: int, func: Callable[..., Any], 
 # hand-written loop in pure Python; this costs about what the hand loop does.
 
 
-def compile_runner(chain: Chain, nargs: int) -> Any:
+def _compile_runner(chain: Chain, nargs: int) -> Any:
     """A function ``run(func, obj, args)`` for calls with ``nargs`` positional
     arguments and no keywords, or False where the general path is needed."""
     if chain.around or chain.error:
@@ -494,7 +487,7 @@ def compile_runner(chain: Chain, nargs: int) -> Any:
                 "try:",
                 f"    r = F{tag}({', '.join(call_args)})",
                 "except BaseException as e:",
-                f"    e.add_note(NOTE(S{tag}))",
+                f"    e.add_note(NOTE(S{tag}.label, S{tag}.event))",
                 "    raise",
             ]
             if phase == POST:

@@ -19,7 +19,7 @@ async def _settle(step: Any, raw: Any) -> Any:
     try:
         return await raw
     except BaseException as exc:
-        exc.add_note(callback_note(step))
+        exc.add_note(callback_note(step.label, step.event))
         raise
 
 

@@ -69,17 +69,10 @@ def emit(target: Any, name: str, /, **kwargs: Any) -> None:
         try:
             result = listener.fn(target, **passed)
         except BaseException as exc:
-            exc.add_note(callback_note(_NoteTarget(listener.label, name)))
+            exc.add_note(callback_note(listener.label, name))
             raise
         if result is not None:
             raise CallbackReturnError(
                 f"callback {listener.label} for custom event {name!r} returned "
                 f"{type(result).__name__}; custom event callbacks observe and return None."
             )
-
-
-class _NoteTarget:
-    __slots__ = ("label", "event")
-
-    def __init__(self, label: str, event: str) -> None:
-        self.label, self.event = label, event

@@ -46,8 +46,8 @@ def closest(name: str, candidates: Iterable[str]) -> str:
 _VAR_POS, _VAR_KW = 3, 4  # ArgRef kinds, see _fast_py
 
 
-def callback_note(step: Any) -> str:
-    return f"hookwrap: raised in callback {step.label} during event {step.event!r}"
+def callback_note(label: str, event: str) -> str:
+    return f"hookwrap: raised in callback {label} during event {event!r}"
 
 
 def missing_argument(step: Any, ref: Any) -> TypeError:

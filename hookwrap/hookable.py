@@ -70,10 +70,7 @@ class HookableWrapper(wrapt.FunctionWrapper):  # type: ignore[misc]
         self._self_verbs = _registration_verbs(join_point)
 
     def __set_name__(self, owner: type, name: str) -> None:
-        jp = self._self_join_point
-        jp.owner, jp.attr_name = owner, name
-        if not jp.explicit_event:
-            jp.event = name
+        name_join_point(self, owner, name)
 
     def before(self, fn: Any = None, /, **options: Any) -> Handle:
         """Run a callback before this join point (pre-<event>)."""

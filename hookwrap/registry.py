@@ -500,13 +500,18 @@ def instance_state(obj: Any, create: bool = True) -> InstanceHooks | None:
 # --- checking and storing registrations ------------------------------------
 
 
-def _check_entry(tp: type, item: Any, where: str) -> tuple[str, str]:
-    """Check an ``(event, fn)`` entry for class ``tp``: shape, event, signature."""
+def _check_pair(item: Any, where: str, known: Iterable[str] = ()) -> tuple[str, str]:
+    """An entry's shape, ``(event, fn)``, and its event name parsed."""
     if not (isinstance(item, tuple) and len(item) == 2):
         raise HookError(
             f"{where}: entries are (event, callback) pairs like ('pre-step', fn), got {item!r}."
         )
-    phase, name = parse_event(item[0], where, _known_events(tp))
+    return parse_event(item[0], where, known)
+
+
+def _check_entry(tp: type, item: Any, where: str) -> tuple[str, str]:
+    """Check an ``(event, fn)`` entry for class ``tp``: shape, event, signature."""
+    phase, name = _check_pair(item, where, _known_events(tp))
     jp = check_event(tp, phase, name, where)
     if jp is None:
         check_custom_callback(item[1], where, pass_obj=True)
@@ -703,14 +708,6 @@ def register_global(events: list[tuple[str, Any]], options: Any, where: str) -> 
     return _add(_global_registrations, [Registration(e, f, options) for e, f in events])
 
 
-def global_registrations() -> list[Any]:
-    return _global_registrations
-
-
-def class_registrations(cls: type) -> list[Any]:
-    return _class_registrations.get(cls, [])
-
-
 # --- classes ------------------------------------------------------------------
 
 
@@ -746,11 +743,7 @@ def _parse_declared(cls: type, declared: Any) -> tuple[tuple[str, Any], ...] | N
     if not isinstance(declared, (list, tuple)):
         raise HookError(f"{where} must be a list of (event, callback) pairs, got {declared!r}.")
     for item in declared:
-        if not (isinstance(item, tuple) and len(item) == 2):
-            raise HookError(
-                f"{where}: entries are (event, callback) pairs like ('pre-step', fn), got {item!r}."
-            )
-        parse_event(item[0], where)
+        _check_pair(item, where)
     return tuple(declared)
 
 
