@@ -1,4 +1,4 @@
-"""Builds the compiled dispatch ``hookwrap._fast`` from ``hookwrap/_fast.pyx``.
+"""Builds the compiled dispatch ``hookwrap._fast`` from ``src/hookwrap/_fast.pyx``.
 
 ``HOOKWRAP_NO_EXTENSIONS=1`` at build time skips it (the pure twin is used).
 ``HOOKWRAP_REQUIRE_EXTENSIONS=1`` makes a failed build an error instead of a
@@ -15,7 +15,7 @@ if not os.environ.get("HOOKWRAP_NO_EXTENSIONS"):
 
     required = bool(os.environ.get("HOOKWRAP_REQUIRE_EXTENSIONS"))
     extensions = cythonize(
-        [Extension("hookwrap._fast", ["hookwrap/_fast.pyx"], optional=not required)],
+        [Extension("hookwrap._fast", ["src/hookwrap/_fast.pyx"], optional=not required)],
         compiler_directives={"language_level": "3"},
     )
 

@@ -10,6 +10,7 @@ __all__ = [
     "CallbackReturnError",
     "CallbackSignatureError",
     "HookError",
+    "StopTraining",
     "UnknownEventError",
     "closest",
 ]
@@ -29,6 +30,12 @@ class CallbackReturnError(HookError, TypeError):
 
 class UnknownEventError(HookError, LookupError):
     """An event name that matches no join point."""
+
+
+class StopTraining(Exception):
+    """Ends a training run early: raised by a callback (``EarlyStopping``), caught by
+    the loop (``except hookwrap.StopTraining``). Control flow, not a failure: error
+    callbacks (``on_error``) do not run for it."""
 
 
 def closest(name: str, candidates: Iterable[str]) -> str:

@@ -28,6 +28,7 @@ from .errors import check_var_value as _check_var_value
 from .errors import missing_argument as _missing_argument
 from .errors import proceed_twice as _proceed_twice
 from .errors import return_error as _return_error
+from .errors import StopTraining as _StopTraining
 
 cdef extern from "Python.h":
     object PyMethod_New(object func, object self)
@@ -651,6 +652,8 @@ cdef object _run_main(Chain chain, object func, object obj, list args, dict kwar
 
 def run_error_steps(Chain chain, obj, list args, dict kwargs, exc):
     cdef Step step
+    if isinstance(exc, _StopTraining):  # control flow, not a failure
+        return
     for step in chain.error:
         if step.gate is None or step.gate.admit(obj):
             raw = step.invoke(obj, args, kwargs, exc)

@@ -18,6 +18,7 @@ from .errors import check_var_value as _check_var_value
 from .errors import missing_argument as _missing_argument
 from .errors import proceed_twice as _proceed_twice
 from .errors import return_error as _return_error
+from .errors import StopTraining as _StopTraining
 
 # How a join point receives the object callbacks see as their first argument.
 FUNCTION = 0  # plain function or staticmethod: no object
@@ -389,6 +390,8 @@ def _run_main(chain: Chain, func: Callable[..., Any], obj: Any, args: list[Any],
 
 def run_error_steps(chain: Chain, obj: Any, args: list[Any], kwargs: dict[str, Any],
                     exc: BaseException) -> None:
+    if isinstance(exc, _StopTraining):  # control flow, not a failure
+        return
     for step in chain.error:
         if step.gate is None or step.gate.admit(obj):
             raw = step.invoke(obj, args, kwargs, exc)

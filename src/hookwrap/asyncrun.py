@@ -8,7 +8,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable
 
-from .errors import callback_note
+from .errors import StopTraining, callback_note
 
 __all__ = ["run_chain_async"]
 
@@ -47,6 +47,6 @@ async def run_chain_async(chain: Any, func: Callable[..., Any], obj: Any,
             result = await result
         return await _run_steps(chain.post, obj, args, kwargs, result)
     except Exception as exc:
-        if chain.error:
+        if chain.error and not isinstance(exc, StopTraining):
             await _run_steps(chain.error, obj, args, kwargs, exc)
         raise

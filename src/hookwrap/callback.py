@@ -11,10 +11,10 @@ of the libraries hookwrap replaces catches such typos, they never fire.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from .errors import UnknownEventError, closest
-from .events import CUSTOM, PHASES, callback_object_event, normalize
+from .events import CUSTOM, PHASES, callback_object_event, normalize, parse_event
 from .registry import (
     Handle,
     all_join_points,
@@ -32,6 +32,25 @@ class Callback:
     the callback globally for the duration of a ``with`` block."""
 
     _hookwrap_handle: Handle | None = None
+
+    def event_methods(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:
+        """The ``(event, callable)`` pairs this callback registers when attached to
+        objects of class ``target`` (``None``: the global tier).
+
+        By default, its methods named after events (``post_loss`` -> ``"post-loss"``).
+        Override it to choose events when attached: hookwrap.torch's callbacks
+        attach to the events named in their constructor, and check them against
+        ``target`` here, so a bad name fails at attach time.
+        """
+        return [(_event_string(phase, name), method)
+                for _, phase, name, method in callback_events(self)]
+
+    @property
+    def state_key(self) -> str:
+        """Names this callback's entry in ``hookwrap.callback_state(obj)``. The class
+        name by default; callbacks that may be attached twice with different settings
+        add those (``EarlyStopping[monitor=val_loss,mode=min]``)."""
+        return type(self).__qualname__
 
     def __enter__(self) -> Callback:
         self._hookwrap_handle = register_global_callback(self)
@@ -91,7 +110,9 @@ def _resolve_names(cb: Callback, tp: type, where: str) -> list[tuple[str, Any]]:
     custom = declared_custom_events(tp)
     known = [f"{p}-{jp.event}" for jp in jps.values() for p in PHASES] + sorted(custom)
     events = []
-    for attr, phase, name, method in callback_events(cb):
+    for event, method in cb.event_methods(tp):
+        phase, name = parse_event(event, where)
+        attr = event.replace("-", "_")  # the method name, for the default event_methods
         if phase == CUSTOM:
             if name not in custom:
                 raise _unknown(cb, attr, known, where)
@@ -115,10 +136,11 @@ def register_global_callback(cb: Any, **options: Any) -> Handle:
         events = []
         known_jps = {normalize(jp.event): jp for jp in all_join_points()}
         known = [f"{p}-{jp.event}" for jp in known_jps.values() for p in PHASES]
-        for attr, phase, name, method in callback_events(cb):
+        for event, method in cb.event_methods(None):
+            phase, name = parse_event(event, where)
             if phase != CUSTOM and normalize(name) not in known_jps:
-                raise _unknown(cb, attr, known, f"{where}({type(cb).__qualname__})")
-            events.append((_event_string(phase, name), method))
+                raise _unknown(cb, event.replace("-", "_"), known, f"{where}({type(cb).__qualname__})")
+            events.append((event, method))
         return register_global(events, opts, where)
     if isinstance(cb, tuple) and len(cb) == 2:
         return register_global([cb], opts, where)
