@@ -15,11 +15,14 @@ from .emit import emit
 from .errors import CallbackReturnError
 from .errors import CallbackSignatureError
 from .errors import HookError
+from .errors import StopTraining
 from .errors import UnknownEventError
 from .hookable import hookable
 from .mixin import CallbackMixin
 from .mixin import Hookable
 from .registry import Handle
+from .state import callback_state
+from .state import load_callback_state
 from .weave import weave
 
 __all__ = [
@@ -30,14 +33,17 @@ __all__ = [
     "Handle",
     "HookError",
     "Hookable",
+    "StopTraining",
     "USING_EXTENSION",
     "UnknownEventError",
     "after",
     "around",
     "before",
+    "callback_state",
     "describe",
     "emit",
     "hookable",
+    "load_callback_state",
     "on",
     "on_error",
     "register_global_callback",

@@ -1,5 +1,6 @@
-"""``python -m hookwrap demo`` runs the example training loop; ``python -m hookwrap
-bench`` prints the dispatch overhead as ratios to a bare method call."""
+"""``hookwrap demo`` trains a small PyTorch model through a hookable loop extended
+with callbacks; ``hookwrap bench`` prints the dispatch overhead as ratios to a bare
+method call. (``python -m hookwrap`` is the same command.)"""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hookwrap", description=__doc__)
+    parser = argparse.ArgumentParser(prog="hookwrap", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("demo", help="run a small training loop extended with callbacks")
+    demo = commands.add_parser("demo", help="train a small PyTorch model through a hookable loop with callbacks")
+    demo.add_argument("--epochs", type=int, default=20, help="at most this many epochs (default 20)")
+    demo.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    demo.add_argument("--no-hooks", action="store_true",
+                      help="the same run without callbacks, to compare")
     bench = commands.add_parser("bench", help="print hook overhead as ratios to a bare method call")
     bench.add_argument("--number", type=int, default=20000, help="calls per timing (default 20000)")
     bench.add_argument("--step", action="store_true",
@@ -19,13 +24,29 @@ def main(argv: list[str] | None = None) -> int:
                        help="only the implementation in use, in this process")
     args = parser.parse_args(argv)
     if args.command == "demo":
-        from .demo import run
-
-        run()
-        return 0
+        return _demo(parser, args)
     from .bench import main as bench_main
 
     return bench_main(number=args.number, both=not args.current_only, step=args.step)
+
+
+def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from .demo import NEEDS
+
+    try:
+        import torch
+        import tqdm  # noqa: F401
+    except ImportError:
+        print(NEEDS, file=sys.stderr)
+        return 2
+    if args.epochs < 1:
+        parser.error(f"--epochs must be at least 1, got {args.epochs}")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: CUDA is not available here; use --device cpu")
+    from .demo import run
+
+    run(epochs=args.epochs, device=args.device, hooks=not args.no_hooks)
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,44 @@
+"""Callbacks for PyTorch training loops, for any hookable loop.
+
+Each attaches to join points by name (defaults for a conventional loop: ``step``,
+``loss``, ``backward``, ``optimizer_step``, ``epoch``, ``evaluate``, ``fit``) and
+reads values by argument name or ``return_value``, so the same callback works on
+your own loop, the example trainer or a woven third-party trainer::
+
+    trainer.add_callback(NanGuard())
+    trainer.add_callback(EarlyStopping(monitor="val_loss", patience=3))
+
+Needs torch (and tqdm for ``ProgressBar``): ``pip install "hookwrap[torch]" torch``.
+"""
+
+from __future__ import annotations
+
+try:
+    import torch as _torch  # noqa: F401
+except ImportError as exc:  # pragma: no cover - exercised without torch installed
+    raise ImportError(
+        "hookwrap.torch needs PyTorch: pip install 'hookwrap[torch]' torch "
+        "(pin the torch version you want, e.g. torch==2.13.0, on the same command line)."
+    ) from exc
+
+from .checkpoint import BestCheckpoint
+from .early_stopping import EarlyStopping
+from .metrics_logger import MetricsLogger
+from .monitors import GradNorm
+from .monitors import LRMonitor
+from .nan_guard import NanGuard
+from .nan_guard import NonFiniteError
+from .progress import ProgressBar
+from .timer import StepTimer
+
+__all__ = [
+    "BestCheckpoint",
+    "EarlyStopping",
+    "GradNorm",
+    "LRMonitor",
+    "MetricsLogger",
+    "NanGuard",
+    "NonFiniteError",
+    "ProgressBar",
+    "StepTimer",
+]

@@ -1,0 +1,67 @@
+"""``callback_state(obj)`` / ``load_callback_state(obj, state)``: save and resume the
+state of every callback attached to an object, so a resumed run continues its
+early-stopping counters, best scores and step counts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .describe import describe
+from .errors import HookError
+
+__all__ = ["callback_state", "load_callback_state", "stateful_callbacks"]
+
+
+def stateful_callbacks(obj: Any) -> dict[str, Any]:
+    """``state_key -> callback`` for each callback object with ``state_dict()`` attached
+    to ``obj`` in any tier, in chain order. A key taken already gets ``#2``, ``#3``, ...
+    (two callbacks of one class and settings, in the order they were attached)."""
+    found: dict[int, Any] = {}
+    for entries in describe(obj).chains.values():
+        for entry in entries:
+            owner = getattr(entry.fn, "__self__", None)
+            if owner is not None and callable(getattr(owner, "state_dict", None)) \
+                    and callable(getattr(owner, "load_state_dict", None)):
+                found.setdefault(id(owner), owner)
+    keyed: dict[str, Any] = {}
+    for cb in found.values():
+        base = getattr(cb, "state_key", type(cb).__qualname__)
+        key, n = base, 1
+        while key in keyed:
+            n += 1
+            key = f"{base}#{n}"
+        keyed[key] = cb
+    return keyed
+
+
+def callback_state(obj: Any) -> dict[str, Any]:
+    """The ``state_dict()`` of every stateful callback attached to ``obj``, by
+    ``state_key``. Save it beside the model's: ``torch.save({"model": ...,
+    "callbacks": hookwrap.callback_state(trainer)}, path)``."""
+    return {key: cb.state_dict() for key, cb in stateful_callbacks(obj).items()}
+
+
+def load_callback_state(obj: Any, state: dict[str, Any], strict: bool = True) -> None:
+    """Give each callback attached to ``obj`` its saved state. With ``strict`` (the
+    default), a saved state that no attached callback takes, or an attached stateful
+    callback with no saved state, is an error: attach the same callbacks, in the same
+    order, before loading."""
+    if not isinstance(state, dict):
+        raise HookError(f"load_callback_state: expected the dict callback_state() returned, "
+                        f"got {type(state).__name__}.")
+    attached = stateful_callbacks(obj)
+    unused = sorted(set(state) - set(attached))
+    missing = sorted(set(attached) - set(state))
+    if strict and (unused or missing):
+        raise HookError(
+            f"load_callback_state({type(obj).__qualname__}): "
+            + (f"saved state for {', '.join(map(repr, unused))}, which no attached callback takes"
+               if unused else "")
+            + ("; " if unused and missing else "")
+            + (f"no saved state for attached {', '.join(map(repr, missing))}" if missing else "")
+            + ". Attach the same callbacks as when the state was saved before loading, or pass "
+            "strict=False to load what matches."
+        )
+    for key, cb in attached.items():
+        if key in state:
+            cb.load_state_dict(state[key])

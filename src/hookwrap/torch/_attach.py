@@ -1,0 +1,228 @@
+"""Attaching a shipped callback to the events of the user's own loop.
+
+Shipped callbacks name join points (``"loss"``, ``"evaluate"``) and values
+(an argument, ``return_value``, or a key of the mapping a join point returns).
+Everything is resolved against the target class when the callback is attached,
+so a misspelled event or a monitor the event never provides fails at once.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Mapping
+from typing import Any, Callable, NamedTuple
+
+from ..callback import Callback
+from ..errors import HookError, UnknownEventError, closest
+from ..events import normalize
+from ..registry import all_join_points, find_join_point, spec_of
+from ..signature import JoinPointSpec
+
+__all__ = ["CountingCallback", "DefaultEvent", "Reader", "ShippedCallback", "Source", "from_object", "is_rank_zero", "to_float"]
+
+_P = inspect.Parameter
+
+
+class DefaultEvent(str):
+    """A default event name: used when the target has that join point, skipped when it
+    does not. A name the user passes explicitly must exist."""
+
+    __slots__ = ()
+
+
+class Source(NamedTuple):
+    """Where a value is read: an argument of the join point, its return value, or one
+    key of the mapping it returns."""
+
+    event: str  # the event read, e.g. "post-evaluate"
+    name: str  # the argument name, or "return_value"
+    key: str | None  # a key of the returned mapping, or None
+
+    def pick(self, value: Any, where: str) -> Any:
+        if self.key is None:
+            return value
+        try:
+            return value[self.key]
+        except (KeyError, IndexError, TypeError):
+            keys = ", ".join(map(repr, value)) if isinstance(value, Mapping) else type(value).__name__
+            raise HookError(
+                f"{where}: {self.event} returned {keys}, with no {self.key!r}. Return it from "
+                f"the join point, or monitor one of those."
+            ) from None
+
+
+class Reader:
+    """A callback that hands one value of an event to a method of its ``Callback``.
+
+    Its signature, ``(self, <name>)``, is made at attach time, so the registration
+    plans it like any function asking for that argument (and refuses a name the
+    join point does not have). It returns what the contract asks: the value it
+    took on ``pre-`` and for ``return_value``, else ``None``.
+    """
+
+    def __init__(self, handler: Callable[..., Any], event: str, name: str | None = None,
+                 extra: tuple[Any, ...] = ()) -> None:
+        self.__self__ = handler.__self__  # type: ignore[attr-defined]  # ordering refs, callback_state
+        self.handler = handler
+        self.extra = extra  # passed after the object: handler(obj, *extra, value)
+        self.__qualname__ = self.__name__ = handler.__qualname__ + (
+            f"[{','.join(map(str, extra))}]" if extra else "")
+        params = [_P("self", _P.POSITIONAL_OR_KEYWORD)]
+        if name is not None:
+            params.append(_P(name, _P.POSITIONAL_OR_KEYWORD))
+        self.__signature__ = inspect.Signature(params)
+        self.passes = name is not None and (event.startswith("pre-") or name == "return_value")
+
+    def __call__(self, obj: Any, *value: Any) -> Any:
+        self.handler(obj, *self.extra, *value)
+        return value[0] if self.passes else None
+
+    def __repr__(self) -> str:
+        return f"<{self.__qualname__} reading {list(self.__signature__.parameters)[1:]}>"
+
+
+def _join_points(target: type | None, name: str, where: str) -> list[Any]:
+    if target is not None:
+        return [find_join_point(target, name, where)]
+    found = [jp for jp in all_join_points() if normalize(jp.event) == normalize(name)]
+    if not found:
+        known = sorted({jp.event for jp in all_join_points()})
+        raise UnknownEventError(
+            f"{where}: no join point {name!r} exists." + closest(name, known)
+            + " Define or import the hookable code before attaching globally, or attach "
+            "to the object: obj.add_callback(cb)."
+        )
+    return found
+
+
+def has_join_point(target: type | None, name: str) -> bool:
+    try:
+        _join_points(target, name, "")
+    except UnknownEventError:
+        return False
+    return True
+
+
+def _returned_keys(jp: Any) -> frozenset[str] | None:
+    """The keys a join point's return annotation promises: a TypedDict's keys, none
+    for a type that is not a mapping, ``None`` when the annotation does not say."""
+    try:
+        hint = typing.get_type_hints(jp.func).get("return")
+    except Exception:  # unresolvable forward references: the annotation does not say
+        return None
+    if hint is None or hint is Any:
+        return None
+    if typing.is_typeddict(hint):
+        return frozenset(hint.__annotations__)
+    origin = typing.get_origin(hint) or hint
+    if not isinstance(origin, type) or issubclass(origin, Mapping):
+        return None
+    return frozenset()
+
+
+class ShippedCallback(Callback):
+    """Base of hookwrap.torch's callbacks: events named in the constructor, resolved
+    and checked against the target when attached (``obj.add_callback(cb)``, or
+    globally with ``hookwrap.register_global_callback(cb)`` / ``with cb:``)."""
+
+    @property
+    def where(self) -> str:
+        return f"{type(self).__name__}"
+
+    def wants(self, target: type | None, event: str | None) -> bool:
+        """Should this callback attach to ``event``? ``None`` and a default the target
+        lacks: no. A name the target lacks: UnknownEventError, with the closest names."""
+        if event is None:
+            return False
+        if isinstance(event, DefaultEvent) and not has_join_point(target, event):
+            return False
+        _join_points(target, event, self.where)
+        return True
+
+    def find(self, target: type | None, join_point: str, monitor: str) -> Source:
+        """Resolve ``monitor`` on ``join_point``: an argument of that name, else
+        ``return_value``, else a key of the returned mapping (checked against the return
+        annotation where it says what comes back)."""
+        jps = _join_points(target, join_point, self.where)
+        specs: list[JoinPointSpec] = [spec_of(jp) for jp in jps]
+        event = f"post-{jps[0].event}"
+        is_arg = [monitor in spec.refs for spec in specs]
+        if all(is_arg):
+            return Source(event, monitor, None)
+        if any(is_arg):
+            raise HookError(
+                f"{self.where}: {monitor!r} is an argument of some join points {join_point!r} "
+                f"but not of others; attach the callback to one object with obj.add_callback(cb)."
+            )
+        if monitor == "return_value":
+            return Source(event, "return_value", None)
+        for jp, spec in zip(jps, specs):
+            keys = _returned_keys(jp)
+            if keys is not None and monitor not in keys:
+                said = f"keys: {', '.join(sorted(keys))}" if keys else "it is not a mapping"
+                raise HookError(
+                    f"{self.where}: {spec.where} never provides {monitor!r}. It is not one of its "
+                    f"arguments ({', '.join(spec.refs) or 'none'}), nor a key of what its return annotation "
+                    f"promises ({said})." + closest(monitor, list(spec.refs) + sorted(keys))
+                    + " Pass monitor= an argument name, 'return_value', or a key it returns."
+                )
+        return Source(event, "return_value", monitor)
+
+    def event_methods(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:
+        return self.attach(target)
+
+    def attach(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:
+        """The callback's own ``(event, callable)`` pairs; subclasses build them."""
+        raise NotImplementedError
+
+
+class CountingCallback(ShippedCallback):
+    """A shipped callback that counts the steps of ``step_event`` (to say at which step
+    something happened) and has state to resume (``state_dict``)."""
+
+    def __init__(self, step_event: str | None) -> None:
+        self.step_event = step_event
+        self.step = 0  # steps started (the current step, while one runs)
+
+    def event_methods(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:
+        pairs = self.attach(target)
+        if self.wants(target, self.step_event):
+            pairs.insert(0, (f"pre-{self.step_event}", Reader(self._count_step, "pre-")))
+        return pairs
+
+    def _count_step(self, obj: Any) -> None:
+        self.step += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"step": self.step}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step = state["step"]
+
+
+def to_float(value: Any) -> float:
+    """A Python float from a number or a one-element tensor (a device sync on CUDA)."""
+    item = getattr(value, "item", None)
+    return float(item() if item is not None else value)
+
+
+def is_rank_zero() -> bool:
+    """True unless torch.distributed is running and this process is not rank 0."""
+    import torch.distributed as dist
+
+    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+
+
+def from_object(obj: Any, value: Any, what: str, where: str) -> Any:
+    """``value`` itself, or when it is a string, that attribute of the hooked object
+    (``model="model"`` reads ``trainer.model``)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return getattr(obj, value)
+    except AttributeError:
+        raise HookError(
+            f"{where}: {type(obj).__name__} has no attribute {value!r} to read the {what} "
+            f"from. Pass {what}= the name of the attribute that holds it, or the {what} itself."
+        ) from None

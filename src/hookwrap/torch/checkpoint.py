@@ -1,0 +1,100 @@
+"""``BestCheckpoint``: keep the best model and optimizer state on disk."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from ._attach import DefaultEvent, Reader, CountingCallback, Source, from_object, is_rank_zero, to_float
+from ._best import Best
+
+__all__ = ["BestCheckpoint"]
+
+
+class BestCheckpoint(CountingCallback):
+    """Saves ``{"model": ..., "optimizer": ..., monitor, value, step}`` with
+    ``torch.save`` each time ``monitor`` (read from join point ``event`` as
+    EarlyStopping reads it) improves on the best so far.
+
+    The file is written atomically: to a temporary file in the same folder, then
+    renamed over ``path``, so a crash mid-write never leaves a torn checkpoint.
+    ``model`` and ``optimizer`` are attribute names of the hooked object or the
+    objects themselves (``optimizer=None`` saves the model only). With
+    ``restore_best=True`` the best weights are loaded back into the model after
+    ``fit_event`` returns. Under torch.distributed only rank 0 writes.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], monitor: str = "val_loss", mode: str = "min",
+                 event: str = "evaluate", model: Any = "model", optimizer: Any = "optimizer",
+                 restore_best: bool = False, min_delta: float = 0.0, fit_event: str = "fit",
+                 step_event: str | None = DefaultEvent("step")) -> None:
+        super().__init__(step_event)
+        self.path = Path(path)
+        self.monitor, self.event, self.model, self.optimizer = monitor, event, model, optimizer
+        self.restore_best, self.fit_event = restore_best, fit_event
+        self.best = Best(mode, min_delta, self.where)
+        self.best_step = 0
+        self.saved = 0
+        self.source: Source | None = None
+
+    @property
+    def where(self) -> str:
+        return f"BestCheckpoint({str(self.path)!r})"
+
+    @property
+    def state_key(self) -> str:
+        return f"BestCheckpoint[{self.path}]"
+
+    def attach(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:
+        self.source = self.find(target, self.event, self.monitor)
+        pairs: list[tuple[str, Callable[..., Any]]] = [
+            (self.source.event, Reader(self.observe, self.source.event, self.source.name))]
+        if self.restore_best and self.wants(target, self.fit_event):
+            pairs.append((f"post-{self.fit_event}", Reader(self.load_best, "post-")))
+        return pairs
+
+    def observe(self, obj: Any, value: Any) -> None:
+        assert self.source is not None
+        current = to_float(self.source.pick(value, self.where))
+        if not self.best.improves(current):
+            return
+        self.best.value, self.best_step = current, self.step
+        if is_rank_zero():
+            self.save(obj, current)
+
+    def save(self, obj: Any, value: float) -> None:
+        import torch
+
+        model = from_object(obj, self.model, "model", self.where)
+        checkpoint = {"model": model.state_dict(), "monitor": self.monitor, "value": value,
+                      "step": self.step}
+        if self.optimizer is not None:
+            checkpoint["optimizer"] = from_object(obj, self.optimizer, "optimizer", self.where).state_dict()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        try:
+            torch.save(checkpoint, tmp)
+            os.replace(tmp, self.path)  # atomic on POSIX and Windows
+        finally:
+            tmp.unlink(missing_ok=True)
+        self.saved += 1
+
+    def load_best(self, obj: Any) -> None:
+        """Load the best weights saved so far into the model (and optimizer)."""
+        import torch
+
+        if not self.path.exists():
+            return  # nothing improved yet: the model is as good as it gets
+        checkpoint = torch.load(self.path, weights_only=True)
+        from_object(obj, self.model, "model", self.where).load_state_dict(checkpoint["model"])
+        if self.optimizer is not None and "optimizer" in checkpoint:
+            from_object(obj, self.optimizer, "optimizer", self.where).load_state_dict(checkpoint["optimizer"])
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), **self.best.state_dict(), "best_step": self.best_step}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.best.load_state_dict(state)
+        self.best_step = state["best_step"]

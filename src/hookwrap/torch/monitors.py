@@ -1,0 +1,87 @@
+"""``GradNorm`` and ``LRMonitor``: values of the optimization, recorded per step."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ._attach import DefaultEvent, Reader, CountingCallback, from_object
+
+__all__ = ["GradNorm", "LRMonitor"]
+
+
+class GradNorm(CountingCallback):
+    """After each call of ``event`` (default ``"backward"``), the total ``norm_type``
+    norm of the gradients of ``model`` (an attribute name of the hooked object, or
+    the module). Every ``every`` steps only: the norm reads a value back from the
+    device. ``history`` holds ``(step, norm)``; ``logger`` (a MetricsLogger) gets
+    ``grad_norm``."""
+
+    def __init__(self, model: Any = "model", norm_type: float = 2.0, every: int = 1,
+                 event: str = "backward", logger: Any = None,
+                 step_event: str | None = DefaultEvent("step")) -> None:
+        super().__init__(step_event)
+        if not isinstance(every, int) or every < 1:
+            raise ValueError(f"GradNorm: every must be an int >= 1, got {every!r}.")
+        self.model, self.norm_type, self.every, self.event, self.logger = model, norm_type, every, event, logger
+        self.history: list[tuple[int, float]] = []
+        self.calls = 0
+
+    def attach(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:
+        self.wants(target, self.event)
+        return [(f"post-{self.event}", Reader(self.measure, "post-"))]
+
+    def measure(self, obj: Any) -> None:
+        import torch
+
+        self.calls += 1
+        if self.calls % self.every:
+            return
+        model = from_object(obj, self.model, "model", "GradNorm")
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        if not grads:
+            return
+        norm = float(torch.nn.utils.get_total_norm(grads, self.norm_type))
+        self.history.append((self.step, norm))
+        if self.logger is not None:
+            self.logger.log("grad_norm", norm, self.step)
+
+    @property
+    def last(self) -> float | None:
+        return self.history[-1][1] if self.history else None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "calls": self.calls}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.calls = state["calls"]
+
+
+class LRMonitor(CountingCallback):
+    """After each call of ``event`` (default ``"optimizer_step"``), the learning rate
+    of each parameter group of ``optimizer`` (an attribute name of the hooked object,
+    or the optimizer). ``history`` holds ``(step, [lr per group])`` each time they change; ``logger`` gets
+    ``lr`` (``lr/<i>`` for several groups)."""
+
+    def __init__(self, optimizer: Any = "optimizer", event: str = "optimizer_step",
+                 logger: Any = None, step_event: str | None = DefaultEvent("step")) -> None:
+        super().__init__(step_event)
+        self.optimizer, self.event, self.logger = optimizer, event, logger
+        self.history: list[tuple[int, list[float]]] = []
+
+    def attach(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:
+        self.wants(target, self.event)
+        return [(f"post-{self.event}", Reader(self.record, "post-"))]
+
+    def record(self, obj: Any) -> None:
+        optimizer = from_object(obj, self.optimizer, "optimizer", "LRMonitor")
+        lrs = [float(group["lr"]) for group in optimizer.param_groups]
+        if not self.history or self.history[-1][1] != lrs:
+            self.history.append((self.step, lrs))
+        if self.logger is not None:
+            for i, lr in enumerate(lrs):
+                self.logger.log("lr" if len(lrs) == 1 else f"lr/{i}", lr, self.step)
+
+    @property
+    def last(self) -> list[float] | None:
+        return self.history[-1][1] if self.history else None

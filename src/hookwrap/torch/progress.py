@@ -1,0 +1,93 @@
+"""``ProgressBar``: a tqdm bar per epoch with the live loss and metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Callable
+
+from ._attach import DefaultEvent, Reader, ShippedCallback, is_rank_zero, to_float
+
+__all__ = ["ProgressBar"]
+
+
+class ProgressBar(ShippedCallback):
+    """One tqdm bar per call of ``epoch_event``, advanced by each ``step_event``, with
+    the last loss (what ``loss_event`` returns) and the metrics ``metrics_event``
+    returns in its postfix.
+
+    The loss is read back from the device only every ``postfix_every`` steps, so the
+    bar does not synchronize CUDA each step. ``total`` is the number of steps per
+    epoch, when known. Under torch.distributed the bar shows on rank 0 only. Other
+    keywords go to ``tqdm`` (``file=``, ``ncols=``, ...).
+    """
+
+    def __init__(self, total: int | None = None, *, postfix_every: int = 10,
+                 epoch_event: str = "epoch", step_event: str = "step",
+                 loss_event: str | None = DefaultEvent("loss"),
+                 metrics_event: str | None = DefaultEvent("evaluate"),
+                 fit_event: str | None = DefaultEvent("fit"), **tqdm_kwargs: Any) -> None:
+        import tqdm  # noqa: F401  # fail at construction, not at the first epoch
+
+        self.total, self.postfix_every, self.tqdm_kwargs = total, postfix_every, tqdm_kwargs
+        self.events = {"epoch": epoch_event, "step": step_event, "loss": loss_event,
+                       "metrics": metrics_event, "fit": fit_event}
+        self.bar: Any = None
+        self.epochs = 0
+        self.loss: Any = None
+        self.metrics: dict[str, float] = {}
+
+    def attach(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:
+        e = {k: v for k, v in self.events.items() if self.wants(target, v)}
+        for required in ("epoch", "step"):
+            if required not in e:
+                raise ValueError(f"ProgressBar: {required}_event is required.")
+        pairs: list[tuple[str, Callable[..., Any]]] = [
+            (f"pre-{e['epoch']}", Reader(self.open, "pre-")),
+            (f"post-{e['step']}", Reader(self.advance, "post-")),
+            (f"post-{e['epoch']}", Reader(self.close, "post-")),
+        ]
+        if "loss" in e:
+            pairs.append((f"post-{e['loss']}", Reader(self.record_loss, "post-", "return_value")))
+        if "metrics" in e:
+            pairs.append((f"post-{e['metrics']}", Reader(self.record_metrics, "post-", "return_value")))
+        if "fit" in e:
+            pairs.append((f"post-{e['fit']}", Reader(self.close, "post-")))
+            pairs.append((f"error-{e['fit']}", Reader(self.close, "error-")))
+        return pairs
+
+    def open(self, obj: Any) -> None:
+        from tqdm.auto import tqdm
+
+        self.close(obj)
+        self.epochs += 1
+        kwargs = {"desc": f"epoch {self.epochs}", "total": self.total, "leave": True,
+                  "dynamic_ncols": True, "disable": not is_rank_zero(), **self.tqdm_kwargs}
+        self.bar = tqdm(**kwargs)
+        if self.metrics:
+            self.bar.set_postfix(self.metrics, refresh=False)
+
+    def advance(self, obj: Any) -> None:
+        bar = self.bar
+        if bar is None:
+            return
+        bar.update(1)
+        if self.loss is not None and bar.n % self.postfix_every == 0:
+            bar.set_postfix({"loss": f"{to_float(self.loss):.4f}", **self.metrics}, refresh=False)
+
+    def record_loss(self, obj: Any, value: Any) -> None:
+        self.loss = value  # read back lazily, in advance()
+
+    def record_metrics(self, obj: Any, value: Any) -> None:
+        if isinstance(value, Mapping):
+            self.metrics = {str(k): f"{to_float(v):.4f}" for k, v in value.items()}
+        else:
+            self.metrics = {"metric": f"{to_float(value):.4f}"}
+        if self.bar is not None:
+            self.bar.set_postfix(self.metrics)
+
+    def close(self, obj: Any) -> None:
+        bar, self.bar = self.bar, None
+        if bar is not None:
+            if self.loss is not None:
+                bar.set_postfix({"loss": f"{to_float(self.loss):.4f}", **self.metrics}, refresh=False)
+            bar.close()
