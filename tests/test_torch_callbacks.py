@@ -252,6 +252,22 @@ def test_two_callbacks_of_one_kind_get_distinct_keys_across_tiers(hw, ht):
     assert "StepTimer" not in hw.callback_state(loop)
 
 
+def test_a_global_monitor_is_not_refused_for_an_unrelated_class(hw, ht):
+    class OnlyLoss(TypedDict):
+        val_loss: float
+
+    class Narrow(hw.Hookable):  # unrelated: its evaluate never provides val_acc
+        @hw.hookable
+        def evaluate(self) -> OnlyLoss:
+            return OnlyLoss(val_loss=1.0)
+
+    loop = make_loop(hw, scores=[(0, 0.5), (0, 0.4), (0, 0.3)])
+    with ht.EarlyStopping("val_acc", mode="max", patience=1):  # the global tier
+        loop.fit(5)
+    assert "val_acc has not improved" in loop.stop_reason
+    assert Narrow().evaluate() == {"val_loss": 1.0}
+
+
 def test_load_callback_state_is_strict_about_what_matches(hw, ht):
     loop = make_loop(hw)
     loop.add_callback(ht.NanGuard())

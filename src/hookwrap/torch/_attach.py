@@ -66,7 +66,8 @@ class Reader:
         self.__self__ = handler.__self__  # type: ignore[attr-defined]  # ordering refs, callback_state
         self.handler = handler
         self.extra = extra  # passed after the object: handler(obj, *extra, value)
-        self.__qualname__ = self.__name__ = handler.__qualname__ + (
+        # Named by the concrete class (describe shows "EarlyStopping.observe").
+        self.__qualname__ = self.__name__ = f"{type(self.__self__).__name__}.{handler.__name__}" + (
             f"[{','.join(map(str, extra))}]" if extra else "")
         params = [_P("self", _P.POSITIONAL_OR_KEYWORD)]
         if name is not None:
@@ -157,16 +158,21 @@ class ShippedCallback(Callback):
             )
         if monitor == "return_value":
             return Source(event, "return_value", None)
+        # Refused when no join point can provide it. The global tier reaches every
+        # join point of that name, in classes unrelated to each other: one that can is enough.
+        refusals = []
         for jp, spec in zip(jps, specs):
             keys = _returned_keys(jp)
             if keys is not None and monitor not in keys:
                 said = f"keys: {', '.join(sorted(keys))}" if keys else "it is not a mapping"
-                raise HookError(
+                refusals.append(HookError(
                     f"{self.where}: {spec.where} never provides {monitor!r}. It is not one of its "
                     f"arguments ({', '.join(spec.refs) or 'none'}), nor a key of what its return annotation "
                     f"promises ({said})." + closest(monitor, list(spec.refs) + sorted(keys))
                     + " Pass monitor= an argument name, 'return_value', or a key it returns."
-                )
+                ))
+        if len(refusals) == len(jps):
+            raise refusals[0]
         return Source(event, "return_value", monitor)
 
     def event_methods(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:

@@ -1,13 +1,15 @@
-"""The best value of a monitored metric so far (EarlyStopping, BestCheckpoint)."""
+"""The best value of a monitored metric so far, and the base of the callbacks that
+monitor one (EarlyStopping, BestCheckpoint)."""
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import HookError
+from ._attach import CountingCallback, Reader, Source, to_float
 
-__all__ = ["Best"]
+__all__ = ["Best", "MonitoredCallback"]
 
 
 class Best:
@@ -37,3 +39,44 @@ class Best:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.value = state["best"]
+
+
+class MonitoredCallback(CountingCallback):
+    """Reads ``monitor`` from join point ``event`` after each call (an argument, the
+    return value, or a key of the returned mapping) and tracks its best value;
+    subclasses act in ``improved`` / ``not_improved``."""
+
+    def __init__(self, monitor: str, mode: str, min_delta: float, event: str,
+                 step_event: str | None) -> None:
+        super().__init__(step_event)
+        self.monitor, self.event = monitor, event
+        self.best = Best(mode, min_delta, self.where)
+        self.best_step = 0
+        self.source: Source | None = None
+
+    def attach(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:
+        self.source = self.find(target, self.event, self.monitor)
+        return [(self.source.event, Reader(self.observe, self.source.event, self.source.name))]
+
+    def observe(self, obj: Any, value: Any) -> None:
+        assert self.source is not None
+        current = to_float(self.source.pick(value, self.where))
+        if self.best.improves(current):
+            self.best.value, self.best_step = current, self.step
+            self.improved(obj, current)
+        else:
+            self.not_improved(obj, current)
+
+    def improved(self, obj: Any, value: float) -> None:
+        pass
+
+    def not_improved(self, obj: Any, value: float) -> None:
+        pass
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), **self.best.state_dict(), "best_step": self.best_step}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.best.load_state_dict(state)
+        self.best_step = state["best_step"]

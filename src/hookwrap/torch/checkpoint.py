@@ -6,13 +6,13 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from ._attach import DefaultEvent, Reader, CountingCallback, Source, from_object, is_rank_zero, to_float
-from ._best import Best
+from ._attach import DefaultEvent, Reader, from_object, is_rank_zero
+from ._best import MonitoredCallback
 
 __all__ = ["BestCheckpoint"]
 
 
-class BestCheckpoint(CountingCallback):
+class BestCheckpoint(MonitoredCallback):
     """Saves ``{"model": ..., "optimizer": ..., monitor, value, step}`` with
     ``torch.save`` each time ``monitor`` (read from join point ``event`` as
     EarlyStopping reads it) improves on the best so far.
@@ -29,14 +29,11 @@ class BestCheckpoint(CountingCallback):
                  event: str = "evaluate", model: Any = "model", optimizer: Any = "optimizer",
                  restore_best: bool = False, min_delta: float = 0.0, fit_event: str = "fit",
                  step_event: str | None = DefaultEvent("step")) -> None:
-        super().__init__(step_event)
         self.path = Path(path)
-        self.monitor, self.event, self.model, self.optimizer = monitor, event, model, optimizer
+        self.model, self.optimizer = model, optimizer
         self.restore_best, self.fit_event = restore_best, fit_event
-        self.best = Best(mode, min_delta, self.where)
-        self.best_step = 0
         self.saved = 0
-        self.source: Source | None = None
+        super().__init__(monitor, mode, min_delta, event, step_event)
 
     @property
     def where(self) -> str:
@@ -47,21 +44,14 @@ class BestCheckpoint(CountingCallback):
         return f"BestCheckpoint[{self.path}]"
 
     def attach(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:
-        self.source = self.find(target, self.event, self.monitor)
-        pairs: list[tuple[str, Callable[..., Any]]] = [
-            (self.source.event, Reader(self.observe, self.source.event, self.source.name))]
+        pairs = super().attach(target)
         if self.restore_best and self.wants(target, self.fit_event):
             pairs.append((f"post-{self.fit_event}", Reader(self.load_best, "post-")))
         return pairs
 
-    def observe(self, obj: Any, value: Any) -> None:
-        assert self.source is not None
-        current = to_float(self.source.pick(value, self.where))
-        if not self.best.improves(current):
-            return
-        self.best.value, self.best_step = current, self.step
+    def improved(self, obj: Any, value: float) -> None:
         if is_rank_zero():
-            self.save(obj, current)
+            self.save(obj, value)
 
     def save(self, obj: Any, value: float) -> None:
         import torch
@@ -90,11 +80,3 @@ class BestCheckpoint(CountingCallback):
         from_object(obj, self.model, "model", self.where).load_state_dict(checkpoint["model"])
         if self.optimizer is not None and "optimizer" in checkpoint:
             from_object(obj, self.optimizer, "optimizer", self.where).load_state_dict(checkpoint["optimizer"])
-
-    def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), **self.best.state_dict(), "best_step": self.best_step}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        self.best.load_state_dict(state)
-        self.best_step = state["best_step"]

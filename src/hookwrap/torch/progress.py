@@ -34,7 +34,7 @@ class ProgressBar(ShippedCallback):
         self.bar: Any = None
         self.epochs = 0
         self.loss: Any = None
-        self.metrics: dict[str, float] = {}
+        self.metrics: dict[str, str] = {}  # formatted for the postfix
 
     def attach(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:
         e = {k: v for k, v in self.events.items() if self.wants(target, v)}
