@@ -31,8 +31,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    import warnings
+
     from .demo import NEEDS
 
+    # torch notes at import that NumPy is absent; the demo does not need it.
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     try:
         import torch
         import tqdm  # noqa: F401
