@@ -121,7 +121,7 @@ def run(epochs: int = 20, device: str = "cpu", hooks: bool = True, out: Callable
 
     bar = ProgressBar(total=len(trainer.train_loader), file=stream or sys.stderr)
     with bar:  # global tier, for this block: every hookable trainer with these events
-        per_step = _timed_fit(trainer, epochs)
+        trainer.fit(epochs)
     epochs_run = len(trainer.history)
 
     stopped = trainer.stop_reason or "no (ran every epoch)"
@@ -148,7 +148,7 @@ def run(epochs: int = 20, device: str = "cpu", hooks: bool = True, out: Callable
         f"(their own work included; 300 steps each, alternating, this run)")
     out(f"dispatch: {dispatch_name()}")
     return {"steps": steps, "epochs": epochs_run, "metrics": trainer.history[-1],
-            "stopped": trainer.stop_reason, "per_step": per_step, "hooked_step": hooked_step,
+            "stopped": trainer.stop_reason, "hooked_step": hooked_step,
             "plain_step": plain_step,
             "overhead": overhead, "share": share, "samples": seen, "best": best,
             "timer": timer, "log": log, "trainer": trainer}

@@ -72,7 +72,10 @@ class ProgressBar(ShippedCallback):
             return
         bar.update(1)
         if self.loss is not None and bar.n % self.postfix_every == 0:
-            bar.set_postfix({"loss": f"{to_float(self.loss):.4f}", **self.metrics}, refresh=False)
+            bar.set_postfix(self._with_loss(), refresh=False)
+
+    def _with_loss(self) -> dict[str, str]:
+        return {"loss": f"{to_float(self.loss):.4f}", **self.metrics}  # reads the loss back
 
     def record_loss(self, obj: Any, value: Any) -> None:
         self.loss = value  # read back lazily, in advance()
@@ -89,5 +92,5 @@ class ProgressBar(ShippedCallback):
         bar, self.bar = self.bar, None
         if bar is not None:
             if self.loss is not None:
-                bar.set_postfix({"loss": f"{to_float(self.loss):.4f}", **self.metrics}, refresh=False)
+                bar.set_postfix(self._with_loss(), refresh=False)
             bar.close()
