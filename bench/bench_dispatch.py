@@ -12,7 +12,7 @@ import importlib
 
 import pytest
 
-from hookwrap.bench import KS
+from hookwrap.bench import KS, REGISTRATION_CYCLE
 
 NAMES = (
     ["bare method", "bare function", "functools.wraps closure", "wrapt.decorator pass-through",
@@ -20,6 +20,7 @@ NAMES = (
     + [f"hand loop k={k}" for k in KS]
     + [f"hookwrap {kind} k={k}" for kind in ("pre", "post", "around", "pre every=2", "function pre",
                                              "classmethod pre") for k in KS]
+    + [REGISTRATION_CYCLE]
 )
 
 

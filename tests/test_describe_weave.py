@@ -55,6 +55,42 @@ def test_describe_function_and_unknown_event(hw):
         hw.describe(Trainer(), "stpe")
 
 
+def test_describe_one_event_and_structured_sources(hw):
+    class Trainer(hw.Hookable):
+        @hw.hookable
+        def step(self, batch):
+            return batch
+
+        def pre_step_callback(self, batch):
+            return batch
+
+    t = Trainer()
+    t.after("step", lambda self: None)
+    hw.before(Trainer, "step", lambda self: None)
+    pre = hw.describe(t, "pre-step")
+    assert list(pre.chains) == ["pre-step"]
+    entries = pre.chains["pre-step"]
+    assert [e.phase for e in entries] == ["pre", "pre"]
+    assert [(e.source.tier, e.source.kind) for e in entries] == [("class", "method"), ("class", "registered")]
+    assert entries[0].source.attr == "pre_step_callback" and entries[0].source.owner.endswith("<locals>.Trainer")
+    assert "1. pre-step" in str(pre) and "pre-pre" not in str(pre)
+    post = hw.describe(t, "post-step").chains["post-step"]
+    assert [e.source.tier for e in post] == ["instance"]
+    assert set(hw.describe(t, "step").chains) == {"step"}  # the join point: every phase
+    with pytest.raises(hw.UnknownEventError, match="Did you mean 'step'"):
+        hw.describe(t, "pre-stpe")
+
+    @hw.hookable
+    def train_step(batch):
+        return batch
+
+    train_step.after(lambda return_value: return_value)
+    assert [e.phase for e in hw.describe(train_step, "post-train_step").chains["post-train_step"]] == ["post"]
+    assert hw.describe(train_step, "pre-train_step").chains["pre-train_step"] == []
+    with pytest.raises(hw.UnknownEventError, match="its events are 'pre-train_step'"):
+        hw.describe(train_step, "pre-other")
+
+
 class ThirdParty:
     """A trainer we cannot edit."""
 
@@ -69,6 +105,7 @@ class ThirdParty:
 def test_weave_a_class_and_restore_it_exactly(hw):
     original = ThirdParty.__dict__["step"]
     original_build = ThirdParty.__dict__["build"]
+    attributes = set(vars(ThirdParty))
     handle = hw.weave(ThirdParty, "step", "build")
     try:
         t = ThirdParty()
@@ -83,6 +120,7 @@ def test_weave_a_class_and_restore_it_exactly(hw):
     handle.remove()
     assert ThirdParty.__dict__["step"] is original
     assert ThirdParty.__dict__["build"] is original_build
+    assert set(vars(ThirdParty)) == attributes  # nothing of hookwrap's is left in it
     with pytest.raises(hw.UnknownEventError):
         hw.before(ThirdParty, "step", lambda self: None)
 

@@ -20,7 +20,7 @@ from .errors import UnknownEventError
 from .hookable import hookable
 from .mixin import CallbackMixin
 from .mixin import Hookable
-from .registry import Handle
+from ._registration import Handle
 from .state import callback_state
 from .state import load_callback_state
 from .weave import weave

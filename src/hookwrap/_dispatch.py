@@ -1,4 +1,5 @@
-"""Chooses the per-call dispatch: compiled ``_fast`` or its pure twin ``_fast_py``.
+"""Chooses the per-call dispatch: compiled ``_fast`` or its pure twin ``_fast_py``;
+and recognises a join point (``join_point_of``), the one place that does.
 
 ``HOOKWRAP_NO_EXTENSIONS=1`` (any non-empty value) forces the pure twin, as does
 a Python other than CPython or a missing build. Every other module imports the
@@ -9,13 +10,14 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING
+from types import FunctionType
+from typing import TYPE_CHECKING, Any
 
 __all__ = [
-    "AROUND", "CLASSMETHOD", "ERROR", "EXCEPTION", "FUNCTION", "KW_ONLY", "METHOD", "MISSING",
+    "AROUND", "CLASSMETHOD", "ERROR", "EXCEPTION", "FUNCTION", "JOIN_POINT_ATTR", "KW_ONLY", "METHOD", "MISSING",
     "NO_EXTENSIONS", "POST", "POS_ONLY", "POS_OR_KW", "PRE", "RETURN_VALUE", "STATE_KEY",
     "USING_EXTENSION", "VAR_KW", "VAR_POS", "ArgRef", "Chain", "HookState", "JoinPoint",
-    "Step", "as_attribute", "call_around", "current_version", "invalidate", "set_resolvers",
+    "Step", "as_attribute", "call_around", "join_point_of",
 ]
 
 NO_EXTENSIONS = bool(os.environ.get("HOOKWRAP_NO_EXTENSIONS")) or (
@@ -44,9 +46,6 @@ JoinPoint = impl.JoinPoint
 Step = impl.Step
 as_attribute = impl.as_attribute
 call_around = impl.call_around
-current_version = impl.current_version
-invalidate = impl.invalidate
-set_resolvers = impl.set_resolvers
 
 # Plain constants: identical in both implementations (a test checks it).
 from ._fast_py import (  # noqa: E402
@@ -55,6 +54,7 @@ from ._fast_py import (  # noqa: E402
     ERROR,
     EXCEPTION,
     FUNCTION,
+    JOIN_POINT_ATTR,
     KW_ONLY,
     METHOD,
     MISSING,
@@ -67,3 +67,22 @@ from ._fast_py import (  # noqa: E402
     VAR_KW,
     VAR_POS,
 )
+
+
+def join_point_of(value: Any) -> Any:
+    """The JoinPoint a stored attribute is, or carries; None for anything else.
+
+    A join point is stored bare (compiled), as its dispatch function (pure twin),
+    inside a classmethod/staticmethod, or inside a ``HookableWrapper``. The last
+    two carry it as ``__hookwrap_join_point__``, read only from types that define
+    it, so no arbitrary object's ``__getattr__`` runs.
+    """
+    if isinstance(value, (classmethod, staticmethod)):
+        value = value.__func__
+    if type(value) is JoinPoint:
+        return value
+    if type(value) is FunctionType:
+        return value.__dict__.get(JOIN_POINT_ATTR)
+    if hasattr(type(value), JOIN_POINT_ATTR):
+        return getattr(value, JOIN_POINT_ATTR)
+    return None

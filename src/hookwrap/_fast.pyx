@@ -84,27 +84,11 @@ ERROR = C_ERROR
 
 MISSING = Parameter.empty
 STATE_KEY = "__hookwrap__"
+JOIN_POINT_ATTR = "__hookwrap_join_point__"
 
-cdef unsigned long long _version = 0
-cdef object _resolve_type = None
-cdef object _resolve_instance = None
-cdef object _run_async = None
-
-
-def invalidate():
-    """Mark every cached chain stale; called on any registration change."""
-    global _version
-    _version += 1
-
-
-def current_version():
-    return _version
-
-
-def set_resolvers(resolve_type, resolve_instance, run_async):
-    """Install the (pure Python) planners that build chains on a cache miss."""
-    global _resolve_type, _resolve_instance, _run_async
-    _resolve_type, _resolve_instance, _run_async = resolve_type, resolve_instance, run_async
+# Chains come from the planner handed to each JoinPoint when it is built
+# (``_chains.Planner``): type_chain(jp, tp), instance_chain(state, jp, type_chain)
+# and run_async(chain, func, obj, args, kwargs).
 
 
 @cython.final
@@ -278,10 +262,16 @@ cdef class Step:
 
 @cython.final
 cdef class Chain:
-    """The ordered callbacks of one event for one class (or instance), with its cache key."""
+    """The ordered callbacks of one event for one class (or instance).
+
+    ``valid`` is cleared when a registration changes what it would hold: a call
+    that finds it cleared asks its planner for a new one. ``base``: for an
+    instance's chain, the class chain it extends (stale once that is replaced).
+    """
 
     cdef readonly object tp
-    cdef readonly unsigned long long version
+    cdef public bint valid
+    cdef readonly object base
     cdef readonly bint fire
     cdef readonly tuple pre
     cdef readonly tuple post
@@ -293,17 +283,18 @@ cdef class Chain:
     cdef _ShapePlan shape  # the plan for the last call shape seen (fast path)
     cdef dict shapes  # every call shape seen: (nargs, keyword names) -> plan
 
-    def __init__(self, tp, unsigned long long version, bint fire, tuple pre, tuple post,
-                 tuple around=(), tuple error=(), bint check_state=True):
+    def __init__(self, tp, bint fire, tuple pre, tuple post,
+                 tuple around=(), tuple error=(), bint check_state=True, base=None):
         self.tp = tp
-        self.version = version
+        self.valid = True
+        self.base = base
         self.fire = fire  # False when a subclass overrides this join point (super() call)
         self.pre = pre
         self.post = post
         self.around = around
         self.error = error
         self.empty = not (pre or post or around or error)
-        # Could an instance of `tp` hold callbacks of its own? (registry knows)
+        # Could an instance of `tp` hold callbacks of its own? (its ClassRecord knows)
         self.check_state = check_state
         # The one check a call makes when nothing can run.
         self.passthrough = not fire or (self.empty and not check_state)
@@ -487,14 +478,15 @@ cdef class HookState:
 
     cpdef Chain chain_for(self, JoinPoint jp, Chain type_chain):
         cdef PyObject *cached = PyDict_GetItem(self.chains, jp)
-        if cached is not NULL and (<Chain>cached).version == _version:
+        if cached is not NULL and (<Chain>cached).valid and (<Chain>cached).base is type_chain:
             return <Chain>cached
-        chain = _resolve_instance(self, jp, type_chain)
+        chain = jp.planner.instance_chain(self, jp, type_chain)
         self.chains[jp] = chain
         return chain
 
 
-cdef Chain _NO_CHAIN = Chain(MISSING, <unsigned long long>-1, False, (), ())
+cdef Chain _NO_CHAIN = Chain(MISSING, False, (), ())
+_NO_CHAIN.valid = False
 
 
 cdef object _join_point_vectorcall(JoinPoint self, PyObject **args, size_t nargsf,
@@ -517,8 +509,8 @@ cdef object _join_point_vectorcall(JoinPoint self, PyObject **args, size_t nargs
     else:  # called unbound without an object: let Python report it
         return PyObject_Vectorcall(self.func, args, nargsf, kwnames)
     chain = self._chain
-    if chain.tp is not tp or chain.version != _version:
-        chain = _resolve_type(self, tp)
+    if chain.tp is not tp or not chain.valid:
+        chain = self.planner.type_chain(self, tp)
         self._chain = chain
     if chain.passthrough:
         return PyObject_Vectorcall(self.func, args, nargsf, kwnames)
@@ -550,7 +542,7 @@ cdef object _join_point_vectorcall(JoinPoint self, PyObject **args, size_t nargs
         for i in range(nkw):
             call_kwargs[(<tuple>kwnames)[i]] = <object>args[nargs + i]
     if self.is_async:
-        return _run_async(chain, self.func, obj, call_args, call_kwargs)
+        return self.planner.run_async(chain, self.func, obj, call_args, call_kwargs)
     return _run_owned(chain, self.func, obj, call_args, call_kwargs)
 
 
@@ -566,17 +558,18 @@ cdef class JoinPoint:
     cdef public object owner
     cdef public object attr_name
     cdef public bint is_async
-    cdef public dict chains
-    cdef Chain _chain
+    cdef public object planner
+    cdef public object spec  # its parameters, read once (signature.JoinPointSpec)
+    cdef public object tier  # registrations on this function itself (_owners.Record)
+    cdef Chain _chain  # the chain of the last class it ran for
     cdef dict __dict__
     cdef object __weakref__
 
     def __cinit__(self, *args, **kwargs):
         self.vectorcall = <void *>_join_point_vectorcall
         self._chain = _NO_CHAIN
-        self.chains = {}
 
-    def __init__(self, func, event, int binding):
+    def __init__(self, func, event, int binding, planner):
         from inspect import iscoroutinefunction
 
         self.func = func
@@ -588,6 +581,11 @@ cdef class JoinPoint:
         self.owner = None
         self.attr_name = None
         self.is_async = iscoroutinefunction(func)
+        self.planner = planner
+
+    def forget_last_chain(self):
+        """Drop the one-entry cache (it holds its class strongly; see _chains)."""
+        self._chain = _NO_CHAIN
 
     def __set_name__(self, owner, name):
         self.owner = owner

@@ -2,7 +2,7 @@
 
 Both modules export the same names with the same behaviour; ``_dispatch`` picks
 one. Everything here runs on every call of a join point, so it only follows
-plans built at registration (``signature.py``, ``registry.py``): no
+plans built at registration (``signature.py``, ``_chains.py``): no
 ``inspect``, no sorting, no string formatting unless an error is being raised.
 Keep the two files in step: the test suite runs against both.
 """
@@ -42,33 +42,14 @@ ERROR = 3
 
 MISSING = inspect.Parameter.empty
 STATE_KEY = "__hookwrap__"
+# The pure twin stores a join point's dispatch function, which carries it here.
+JOIN_POINT_ATTR = "__hookwrap_join_point__"
 
-def _unset(*args: Any) -> Any:
-    raise RuntimeError("hookwrap.registry has not installed the chain planners")
-
-
-_version = 0
-_resolve_type: Callable[..., Chain] = _unset
-_resolve_instance: Callable[..., Chain] = _unset
-_run_async: Callable[..., Any] = _unset
-
-
-def invalidate() -> None:
-    """Mark every cached chain stale; called on any registration change."""
-    global _version
-    _version += 1
-
-
-def current_version() -> int:
-    return _version
-
-
-def set_resolvers(resolve_type: Callable[..., Chain],
-                  resolve_instance: Callable[..., Chain],
-                  run_async: Callable[..., Any]) -> None:
-    """Install the (pure Python) planners that build chains on a cache miss."""
-    global _resolve_type, _resolve_instance, _run_async
-    _resolve_type, _resolve_instance, _run_async = resolve_type, resolve_instance, run_async
+# Where a join point's chains come from (``_chains.Planner``); handed to each
+# JoinPoint when it is built, so this module calls no registry code by name.
+#   planner.type_chain(jp, tp) -> Chain         the chain for instances of tp
+#   planner.instance_chain(state, jp, type_chain) -> Chain
+#   planner.run_async(chain, func, obj, args, kwargs) -> coroutine
 
 
 class ArgRef:
@@ -203,23 +184,30 @@ class Step:
 
 
 class Chain:
-    """The ordered callbacks of one event for one class (or instance), with its cache key."""
+    """The ordered callbacks of one event for one class (or instance).
 
-    __slots__ = ("tp", "version", "fire", "pre", "post", "around", "error", "empty",
+    ``valid`` is cleared when a registration changes what it would hold: a call
+    that finds it cleared asks its planner for a new one. ``base``: for an
+    instance's chain, the class chain it extends (stale once that is replaced).
+    """
+
+    __slots__ = ("tp", "valid", "base", "fire", "pre", "post", "around", "error", "empty",
                  "check_state", "passthrough", "runners")
 
-    def __init__(self, tp: Any, version: int, fire: bool, pre: tuple[Step, ...],
+    def __init__(self, tp: Any, fire: bool, pre: tuple[Step, ...],
                  post: tuple[Step, ...], around: tuple[Step, ...] = (),
-                 error: tuple[Step, ...] = (), check_state: bool = True) -> None:
+                 error: tuple[Step, ...] = (), check_state: bool = True,
+                 base: Chain | None = None) -> None:
         self.tp = tp
-        self.version = version
+        self.valid = True
+        self.base = base
         self.fire = fire  # False when a subclass overrides this join point (super() call)
         self.pre = pre
         self.post = post
         self.around = around
         self.error = error
         self.empty = not (pre or post or around or error)
-        # Could an instance of `tp` hold callbacks of its own? (registry knows)
+        # Could an instance of `tp` hold callbacks of its own? (its ClassRecord knows)
         self.check_state = check_state
         # The one check a call makes when nothing can run.
         self.passthrough = not fire or (self.empty and not check_state)
@@ -236,13 +224,14 @@ class HookState:
 
     def chain_for(self, jp: JoinPoint, type_chain: Chain) -> Chain:
         chain = self.chains.get(jp)
-        if chain is None or chain.version != _version:
-            chain = _resolve_instance(self, jp, type_chain)
+        if chain is None or not chain.valid or chain.base is not type_chain:
+            chain = jp.planner.instance_chain(self, jp, type_chain)
             self.chains[jp] = chain
         return chain
 
 
-_NO_CHAIN = Chain(MISSING, -1, False, (), ())
+_NO_CHAIN = Chain(MISSING, False, (), ())
+_NO_CHAIN.valid = False
 
 
 class JoinPoint:
@@ -254,9 +243,11 @@ class JoinPoint:
     """
 
     __slots__ = ("func", "event", "explicit_event", "binding", "owner", "attr_name",
-                 "is_async", "chains", "_chain", "_dispatch", "__dict__", "__weakref__")
+                 "is_async", "planner", "spec", "tier", "_chain", "_dispatch", "__dict__",
+                 "__weakref__")
 
-    def __init__(self, func: Callable[..., Any], event: str | None, binding: int) -> None:
+    def __init__(self, func: Callable[..., Any], event: str | None, binding: int,
+                 planner: Any) -> None:
         self.func = func
         # Event name: the explicit one, else the attribute name in the class
         # (__set_name__), else the function's __name__.
@@ -266,10 +257,17 @@ class JoinPoint:
         self.owner: type | None = None
         self.attr_name: str | None = None
         self.is_async = inspect.iscoroutinefunction(func)
-        self._chain = _NO_CHAIN
-        self.chains: dict[Any, Chain] = {}
+        self.planner = planner
+        self.spec: Any = None  # its parameters, read once (signature.JoinPointSpec)
+        self.tier: Any = None  # registrations on this function itself (_owners.Record)
+        self._chain = _NO_CHAIN  # the chain of the last class it ran for
         self._dispatch = _make_dispatch(self)
         self._dispatch.__dict__ = self.__dict__
+        self.__dict__[JOIN_POINT_ATTR] = self  # how _dispatch.join_point_of finds it
+
+    def forget_last_chain(self) -> None:
+        """Drop the one-entry cache (it holds its class strongly; see _chains)."""
+        self._chain = _NO_CHAIN
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.owner = owner
@@ -299,7 +297,6 @@ def as_attribute(jp: JoinPoint) -> Any:
         value = getattr(jp.func, name, None)
         if value is not None:
             setattr(dispatch, name, value)
-    jp.__dict__["__hookwrap_join_point__"] = jp
     return dispatch
 
 
@@ -307,7 +304,7 @@ def _make_dispatch(jp: JoinPoint) -> Callable[..., Any]:
     def dispatch(*args: Any, **kwargs: Any) -> Any:
         # Nothing to run: a version check and a flag, then the function.
         chain = jp._chain
-        if chain.version == _version:
+        if chain.valid:
             binding = jp.binding
             if binding == METHOD:
                 if args and chain.tp is type(args[0]):
@@ -336,8 +333,8 @@ def _dispatch(jp: JoinPoint, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
     else:  # called unbound without an object: let Python report it
         return jp.func(*args, **kwargs)
     chain = jp._chain
-    if chain.tp is not tp or chain.version != _version:
-        chain = jp._chain = _resolve_type(jp, tp)
+    if chain.tp is not tp or not chain.valid:
+        chain = jp._chain = jp.planner.type_chain(jp, tp)
     if chain.passthrough:
         return jp.func(*args, **kwargs)
     if chain.check_state:
@@ -347,7 +344,7 @@ def _dispatch(jp: JoinPoint, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
     if chain.empty:
         return jp.func(*args, **kwargs)
     if jp.is_async:
-        return _run_async(chain, jp.func, obj, list(args), kwargs)
+        return jp.planner.run_async(chain, jp.func, obj, list(args), kwargs)
     if not kwargs:
         runner = chain.runners.get(len(args))
         if runner is None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .events import CUSTOM
-from .registry import Handle, register
+from ._registration import Handle, register
 
 __all__ = ["after", "around", "before", "on", "on_error"]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable
 
+from ._dispatch import call_around
 from .errors import StopTraining, callback_note
 
 __all__ = ["run_chain_async"]
@@ -34,8 +35,6 @@ async def _run_steps(steps: Any, obj: Any, args: list[Any], kwargs: dict[str, An
 
 async def run_chain_async(chain: Any, func: Callable[..., Any], obj: Any,
                           args: list[Any], kwargs: dict[str, Any]) -> Any:
-    from ._dispatch import call_around
-
     try:
         await _run_steps(chain.pre, obj, args, kwargs, None)
         if chain.around:

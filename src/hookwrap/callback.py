@@ -13,16 +13,11 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from ._joinpoints import all_join_points, declared_custom_events, join_points
+from ._registration import Handle, register_entries, register_global
 from .errors import UnknownEventError, closest
 from .events import CUSTOM, PHASES, callback_object_event, normalize, parse_event
-from .registry import (
-    Handle,
-    all_join_points,
-    declared_custom_events,
-    join_points,
-    register_entries,
-    register_global,
-)
+from .options import Options, Registration, make_options
 
 __all__ = ["Callback", "add_callback", "callback_events", "register_global_callback"]
 
@@ -101,49 +96,50 @@ def add_callback(obj: Any, cb: Callback) -> Handle:
     if not isinstance(cb, Callback):
         raise TypeError(f"{where}: expected a hookwrap.Callback instance, got {type(cb).__qualname__}.")
     tp = obj if isinstance(obj, type) else type(obj)
-    events = _resolve_names(cb, tp, where)
-    return register_entries(obj, events, None, where)
+    return register_entries(obj, _resolve_names(cb, tp, where), where)
 
 
-def _resolve_names(cb: Callback, tp: type, where: str) -> list[tuple[str, Any]]:
+def _resolve_names(cb: Callback, tp: type, where: str) -> list[Registration]:
     jps = join_points(tp)
     custom = declared_custom_events(tp)
     known = [f"{p}-{jp.event}" for jp in jps.values() for p in PHASES] + sorted(custom)
-    events = []
+    registrations = []
     for event, method in cb.event_methods(tp):
         phase, name = parse_event(event, where)
         attr = event.replace("-", "_")  # the method name, for the default event_methods
         if phase == CUSTOM:
             if name not in custom:
                 raise _unknown(cb, attr, known, where)
-            events.append((name, method))
+            registrations.append(Registration(name, method, None, (phase, name)))
         else:
             jp = jps.get(normalize(name))
             if jp is None:
                 raise _unknown(cb, attr, known, where)
-            events.append((f"{phase}-{jp.event}", method))
-    return events
+            registrations.append(Registration(f"{phase}-{jp.event}", method, None, (phase, jp.event)))
+    return registrations
+
+
+def _global_registration(event: Any, fn: Any, options: Options | None, where: str) -> Registration:
+    return Registration(event, fn, options, parse_event(event, where))
 
 
 def register_global_callback(cb: Any, **options: Any) -> Handle:
     """Register a ``Callback`` (each of its event methods) or an ``("event", fn)`` pair
     for every hookable object that has the event; returns a handle."""
-    from .options import make_options
-
     where = "register_global_callback"
     opts = make_options(where, **options)
     if isinstance(cb, Callback):
-        events = []
+        registrations = []
         known_jps = {normalize(jp.event): jp for jp in all_join_points()}
         known = [f"{p}-{jp.event}" for jp in known_jps.values() for p in PHASES]
         for event, method in cb.event_methods(None):
-            phase, name = parse_event(event, where)
-            if phase != CUSTOM and normalize(name) not in known_jps:
+            registration = _global_registration(event, method, opts, where)
+            if registration.phase != CUSTOM and registration.name not in known_jps:
                 raise _unknown(cb, event.replace("-", "_"), known, f"{where}({type(cb).__qualname__})")
-            events.append((event, method))
-        return register_global(events, opts, where)
+            registrations.append(registration)
+        return register_global(registrations, where)
     if isinstance(cb, tuple) and len(cb) == 2:
-        return register_global([cb], opts, where)
+        return register_global([_global_registration(cb[0], cb[1], opts, where)], where)
     raise TypeError(
         f"{where}: expected a hookwrap.Callback instance or an ('event', fn) pair, got {cb!r}."
     )

@@ -6,24 +6,19 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from .errors import HookError
+from ._dispatch import join_point_of
+from ._joinpoints import declared_custom_events, find_join_point, join_points
+from ._tiers import Entry, entries_for, instance_state
+from .errors import HookError, UnknownEventError
 from .events import CUSTOM, PHASES, normalize
-from .registry import (
-    Entry,
-    as_join_point,
-    declared_custom_events,
-    entries_for,
-    find_join_point,
-    instance_state,
-    join_points,
-)
 from .signature import callable_label
 
 __all__ = ["Description", "describe"]
 
 
 class Description:
-    """Printable; ``chains`` maps each event name to its ordered entries."""
+    """Printable; ``chains`` maps each join point (``"step"``: all its phases), event
+    (``"pre-step"``) or custom event to its ordered entries."""
 
     def __init__(self, title: str, chains: dict[str, list[Entry]]) -> None:
         self.title = title
@@ -35,8 +30,9 @@ class Description:
             lines.append(f"  {name}")
             if not entries:
                 lines.append("    (no callbacks)")
+            point = _split(name)[1]
             for i, e in enumerate(entries, 1):
-                event = e.event if e.phase == CUSTOM else f"{e.phase}-{name}"
+                event = e.event if e.phase == CUSTOM else f"{e.phase}-{point}"
                 opts = ""
                 if e.options is not None and e.options.gate is not None:
                     opts = f" [{e.options.gate!r}]"
@@ -46,36 +42,58 @@ class Description:
     __repr__ = __str__
 
 
-def _phase_order(entries: list[Entry]) -> list[Entry]:
+def _split(event: str) -> tuple[str | None, str]:
+    """``"pre-step"`` -> ``("pre", "step")``; ``"step"`` -> ``(None, "step")``."""
+    phase, dash, name = event.partition("-")
+    if dash and phase in PHASES and name:
+        return phase, name
+    return None, event
+
+
+def _phase_order(entries: list[Entry], phase: str | None) -> list[Entry]:
+    if phase is not None:
+        return [e for e in entries if e.phase == phase]
     rank = {p: i for i, p in enumerate(PHASES)}
     return sorted(entries, key=lambda e: rank.get(e.phase, len(rank)))  # stable
 
 
 def describe(target: Any, event: str | None = None) -> Description:
     """The callbacks that will run, in order, for each event of ``target`` (an instance,
-    a class, or a hookable function), each with its origin."""
-    jp = as_join_point(target)
+    a class, or a hookable function), each with its origin. ``event`` narrows it to
+    one join point (``"step"``: all its phases), one event (``"pre-step"``) or one
+    custom event."""
+    if event is not None and not isinstance(event, str):
+        raise HookError(f"describe: the event must be a string like 'step' or 'pre-step', "
+                        f"got {type(event).__name__}.")
+    phase, name = _split(event) if event is not None else (None, "")
+    jp = join_point_of(target)
     if jp is not None and jp.owner is None:
-        entries = entries_for(normalize(jp.event), lambda p: p != CUSTOM, None, jp, None)
-        return Description(f"join point {jp.event!r}", {jp.event: _phase_order(entries)})
+        if event is not None and normalize(name) != normalize(jp.event):
+            raise UnknownEventError(
+                f"describe({jp.event}): it has no event {event!r}; its events are "
+                + ", ".join(f"'{p}-{jp.event}'" for p in PHASES) + "."
+            )
+        entries = entries_for(normalize(jp.event), False, None, jp, None)
+        return Description(f"join point {jp.event!r}", {event or jp.event: _phase_order(entries, phase)})
     if isinstance(target, ModuleType):
         raise HookError(f"describe({target.__name__}): describe a hookable function or an object.")
     tp = target if isinstance(target, type) else type(target)
     state = None if isinstance(target, type) else instance_state(target, create=False)
     points = join_points(tp)
     if event is not None:
-        if event in declared_custom_events(tp):
+        if phase is None and event in declared_custom_events(tp):
             customs, points = [event], {}
         else:
-            found = find_join_point(tp, event, f"describe({tp.__qualname__})")
+            found = find_join_point(tp, name, f"describe({tp.__qualname__})")
             customs, points = [], {normalize(found.event): found}
     else:
         customs = sorted(declared_custom_events(tp))
     chains: dict[str, list[Entry]] = {}
     for key, point in sorted(points.items()):
-        entries = entries_for(key, lambda p: p != CUSTOM, tp, point, state)
-        chains[point.event] = _phase_order(entries)
-    for name in customs:
-        chains[name] = entries_for(name, lambda p: p == CUSTOM, tp, None, state)
+        entries = entries_for(key, False, tp, point, state)
+        label = f"{phase}-{point.event}" if phase is not None else point.event
+        chains[label] = _phase_order(entries, phase)
+    for custom in customs:
+        chains[custom] = entries_for(custom, True, tp, None, state)
     kind = "class" if isinstance(target, type) else "instance"
     return Description(f"{tp.__qualname__} ({kind})", chains)

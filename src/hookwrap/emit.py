@@ -8,10 +8,11 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from ._dispatch import current_version
+from ._checks import check_event
+from ._owners import class_record, lock
+from ._tiers import entries_for, instance_state
 from .errors import CallbackReturnError, HookError, callback_note
 from .events import CUSTOM
-from .registry import check_event, entries_for, instance_state
 from .signature import callable_label
 
 __all__ = ["emit"]
@@ -32,21 +33,18 @@ class _Listener:
         self.required = frozenset(p.name for p in params if p.default is p.empty)
 
 
-_type_cache: dict[tuple[type, str], tuple[int, tuple[_Listener, ...]]] = {}
-
-
 def _listeners(target: Any, tp: type, name: str) -> tuple[_Listener, ...]:
-    version = current_version()
+    """The listeners of ``name``, kept in the instance's state or the class's record
+    until a registration of that event drops them (``_owners``)."""
     state = None if isinstance(target, type) else instance_state(target, create=False)
-    cache: dict[Any, Any] = state.emit_cache if state is not None else _type_cache
-    key = name if state is not None else (tp, name)
-    cached = cache.get(key)
-    if cached is not None and cached[0] == version:
-        return cached[1]  # type: ignore[no-any-return]
-    entries = entries_for(name, lambda phase: phase == CUSTOM, tp, None, state)
-    listeners = tuple(_Listener(e.fn, e.options.gate if e.options else None) for e in entries)
-    cache[key] = (version, listeners)
-    return listeners
+    cache = state.emit_cache if state is not None else class_record(tp).emit_cache  # type: ignore[union-attr]
+    listeners = cache.get(name)
+    if listeners is None:
+        with lock:  # a registration meanwhile must not be missed
+            entries = entries_for(name, True, tp, None, state)
+            listeners = tuple(_Listener(e.fn, e.options.gate if e.options else None) for e in entries)
+            cache[name] = listeners
+    return listeners  # type: ignore[no-any-return]
 
 
 def emit(target: Any, name: str, /, **kwargs: Any) -> None:

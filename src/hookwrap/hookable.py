@@ -18,12 +18,14 @@ from typing import Any, Callable, SupportsIndex, TypeVar, overload
 
 import wrapt
 
-from ._dispatch import CLASSMETHOD, FUNCTION, JoinPoint, as_attribute
+from ._chains import PLANNER
+from ._dispatch import CLASSMETHOD, FUNCTION, JoinPoint, as_attribute, join_point_of
+from ._joinpoints import name_join_point, track_join_point
+from ._registration import Handle, register
 from .errors import HookError
 from .events import PHASES
-from .registry import Handle, as_join_point, name_join_point, register, track_join_point
 
-__all__ = ["HookableWrapper", "hookable", "make_join_point", "name_join_point"]
+__all__ = ["HookableWrapper", "hookable", "make_join_point"]
 
 
 def _registration_verbs(jp: Any) -> dict[str, Callable[..., Handle]]:
@@ -56,8 +58,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 class HookableWrapper(wrapt.FunctionWrapper):  # type: ignore[misc]
     """A join point around a callable that is not a plain function."""
 
-    _hookwrap_join_point = True
-
     def __init__(self, wrapped: Any, join_point: Any) -> None:
         if join_point.binding == CLASSMETHOD:
             def dispatch(_wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
@@ -68,6 +68,10 @@ class HookableWrapper(wrapt.FunctionWrapper):  # type: ignore[misc]
         super().__init__(wrapped, dispatch)
         self._self_join_point = track_join_point(join_point)
         self._self_verbs = _registration_verbs(join_point)
+
+    @property
+    def __hookwrap_join_point__(self) -> Any:  # how _dispatch.join_point_of finds it
+        return self._self_join_point
 
     def __set_name__(self, owner: type, name: str) -> None:
         name_join_point(self, owner, name)
@@ -115,7 +119,7 @@ def hookable(fn: Any = None, /) -> Any:
 
 def _function_join_point(fn: FunctionType, event: str | None, binding: int) -> Any:
     """A join point for a plain function, as the object to store (see as_attribute)."""
-    jp = track_join_point(JoinPoint(fn, event, binding))
+    jp = track_join_point(JoinPoint(fn, event, binding, PLANNER))
     functools.update_wrapper(jp, fn)
     vars(jp).update(_registration_verbs(jp))
     return as_attribute(jp)
@@ -129,7 +133,7 @@ def make_join_point(fn: Any, event: str | None) -> Any:
             f"@hookable({event!r}): give the join point name, like 'loss'; its events "
             f"(pre-loss, post-loss, ...) are named after it."
         )
-    existing = as_join_point(fn)
+    existing = join_point_of(fn)
     if existing is not None:
         if event is not None and event != existing.event:
             raise HookError(
@@ -146,10 +150,10 @@ def make_join_point(fn: Any, event: str | None) -> Any:
     if isinstance(fn, staticmethod) and isinstance(fn.__func__, FunctionType):
         return staticmethod(_function_join_point(fn.__func__, event, FUNCTION))
     if isinstance(fn, (classmethod, staticmethod)):
-        return HookableWrapper(fn, JoinPoint(fn.__func__, event,
-                                             CLASSMETHOD if isinstance(fn, classmethod) else FUNCTION))
+        binding = CLASSMETHOD if isinstance(fn, classmethod) else FUNCTION
+        return HookableWrapper(fn, JoinPoint(fn.__func__, event, binding, PLANNER))
     if callable(fn):
-        return HookableWrapper(fn, JoinPoint(fn, event, FUNCTION))
+        return HookableWrapper(fn, JoinPoint(fn, event, FUNCTION, PLANNER))
     raise HookError(
         f"@hookable needs a function or method, got {fn!r} ({type(fn).__name__}). "
         f"Put @hookable directly above a `def`."

@@ -4,21 +4,15 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from ._classes import ClassCallbacksAttribute, declared_callbacks, prepare_class
 from ._dispatch import STATE_KEY
+from ._registration import Handle, register
+from ._tiers import InstanceHooks, instance_state
 from .callback import Callback, add_callback
 from .emit import emit
 from .errors import HookError
 from .events import CUSTOM
 from .hookable import hookable
-from .registry import (
-    ClassCallbacksAttribute,
-    Handle,
-    InstanceHooks,
-    declared_callbacks,
-    instance_state,
-    prepare_class,
-    register,
-)
 
 __all__ = ["CallbackMixin", "Hookable"]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Sequence
 
 from .errors import HookError
+from .events import CUSTOM, normalize, parse_event
 
 __all__ = ["Gate", "Options", "Registration", "make_options", "order_entries"]
 
@@ -91,14 +92,24 @@ def _refs(value: Any) -> tuple[Any, ...]:
 
 
 class Registration(tuple):  # type: ignore[type-arg]
-    """An ``(event, fn)`` entry that also carries its options. It compares equal to
-    the plain pair, so ``obj.callbacks`` reads as a list of pairs."""
+    """An ``(event, fn)`` entry that also carries its options, its event parsed once
+    (``phase``, and ``name``: normalized for a join point), and the steps planned
+    from it (``steps``: join point spec -> Step, weakly keyed). It compares equal
+    to the plain pair, so ``obj.callbacks`` reads as a list of pairs."""
 
     options: Options | None
+    phase: str
+    name: str
+    steps: Any
 
-    def __new__(cls, event: str, fn: Any, options: Options | None = None) -> Registration:
+    def __new__(cls, event: str, fn: Any, options: Options | None = None,
+                parsed: tuple[str, str] | None = None) -> Registration:
         self = super().__new__(cls, (event, fn))
         self.options = options
+        phase, name = parsed if parsed is not None else parse_event(event, "callback entry")
+        self.phase = phase
+        self.name = name if phase == CUSTOM else normalize(name)
+        self.steps = None
         return self
 
     def __reduce__(self) -> Any:

@@ -50,7 +50,7 @@ _SPECIAL = {POST: ("return_value", _RETURN_REF), ERROR: ("exception", _EXCEPTION
 class JoinPointSpec:
     """The parameters of a join point, with one ArgRef per name."""
 
-    __slots__ = ("event", "has_obj", "obj_name", "refs", "where")
+    __slots__ = ("event", "has_obj", "obj_name", "refs", "where", "__weakref__")
 
     def __init__(self, jp: Any) -> None:
         self.event: str = jp.event

@@ -16,10 +16,12 @@ from typing import Any
 
 import wrapt
 
-from ._dispatch import invalidate
+from ._dispatch import join_point_of
+from ._joinpoints import join_points, name_join_point
+from ._owners import changed_class, discard_class_record, with_subclasses
+from ._registration import Removable
 from .errors import HookError
-from .hookable import make_join_point, name_join_point
-from .registry import Removable, as_join_point
+from .hookable import make_join_point
 
 __all__ = ["WeaveHandle", "weave"]
 
@@ -50,14 +52,15 @@ class WeaveHandle(Removable):
                     raise HookError(f"weave({self.description}): it has no attribute {name!r} to weave.")
                 own = name in vars(target)
                 original = _raw_attribute(target, name) if is_class else getattr(target, name)
-                if as_join_point(original) is not None:
+                if join_point_of(original) is not None:
                     raise HookError(f"weave({self.description}): {name!r} is already a join point.")
                 woven = make_join_point(original, None)
                 setattr(target, name, woven)
                 if is_class:
                     name_join_point(woven, target, name)
                 self._saved.append((target, name, own, original))
-            invalidate()
+            if is_class:
+                changed_class(target, None, structure=True)
 
     def remove(self) -> None:
         with _lock:
@@ -67,12 +70,22 @@ class WeaveHandle(Removable):
                     setattr(owner, name, original)
                 else:
                     delattr(owner, name)
+                if isinstance(owner, type):
+                    _restore_class(owner)
             self._saved.clear()
-            invalidate()
 
     def __repr__(self) -> str:
         state = "applied" if self.applied else ("removed" if self._removed else "pending import")
         return f"<hookwrap.WeaveHandle {self.description} {state}>"
+
+
+def _restore_class(cls: type) -> None:
+    """After un-weaving: drop what was built from the woven methods, and leave no
+    trace in a class (or subclass) that has no join point left."""
+    changed_class(cls, None, structure=True)
+    for klass in list(with_subclasses(cls)):
+        if not join_points(klass):
+            discard_class_record(klass)
 
 
 def _raw_attribute(cls: type, name: str) -> Any:

@@ -16,7 +16,7 @@ from typing import Any, Callable, NamedTuple
 from ..callback import Callback
 from ..errors import HookError, UnknownEventError, closest
 from ..events import normalize
-from ..registry import all_join_points, find_join_point, spec_of
+from .._joinpoints import all_join_points, find_join_point, spec_of
 from ..signature import JoinPointSpec
 
 __all__ = ["CountingCallback", "DefaultEvent", "Reader", "ShippedCallback", "Source", "from_object", "is_rank_zero", "to_float"]

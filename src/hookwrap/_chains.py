@@ -1,0 +1,90 @@
+"""Building the chain a call runs, on a cache miss, in pure Python.
+
+The dispatch module keeps one chain per join point as its hot cache and asks
+the ``PLANNER`` it was built with on a miss. Built chains are kept on their
+owner's record (``_owners``): the class the chain is for, the function, or the
+instance (``HookState.chains``). Steps are planned once per registration and
+join point, and kept on the registration, so rebuilding a chain after another
+registration reads no signature again.
+
+A join point's hot cache holds its last chain, and so its last class,
+strongly: the identity check on every call needs a strong reference (a weak
+one costs ~35 ns a call in the pure twin). Classes are freed by the cyclic
+collector; before each full collection, ``_release_hot_caches`` empties every
+hot cache, so a class nothing else uses is freed by that collection.
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+from ._checks import PHASE_CODES, planned_step
+from ._dispatch import AROUND, ERROR, FUNCTION, METHOD, POST, PRE, Chain
+from ._joinpoints import all_join_points, fires, spec_of
+from ._owners import class_record, function_record, lock
+from ._tiers import check_class_tier, entries_for
+from .asyncrun import run_chain_async
+from .events import normalize
+
+__all__ = ["PLANNER", "Planner"]
+
+
+def _build(jp: Any, tp: Any, state: Any, base: Any) -> Any:
+    spec = spec_of(jp)
+    steps: dict[int, list[Any]] = {PRE: [], POST: [], AROUND: [], ERROR: []}
+    check_state = False
+    if state is None and jp.binding == METHOD and isinstance(tp, type):
+        record = class_record(tp)
+        check_state = record is not None and record.stateful
+    for entry in entries_for(normalize(jp.event), False, tp, jp, state):
+        steps[PHASE_CODES[entry.phase]].append(planned_step(entry.registration, spec))
+    return Chain(tp, True, tuple(steps[PRE]), tuple(steps[POST]), tuple(steps[AROUND]),
+                 tuple(steps[ERROR]), check_state, base)
+
+
+class Planner:
+    """What a JoinPoint asks for its chains (see the dispatch modules)."""
+
+    run_async = staticmethod(run_chain_async)
+
+    @staticmethod
+    def type_chain(jp: Any, tp: Any) -> Any:
+        """The chain of ``jp`` for instances of ``tp`` (no instance tier)."""
+        with lock:
+            if jp.binding == FUNCTION and jp.owner is None:
+                record: Any = function_record(jp)
+            else:
+                record = class_record(tp)
+                if not record.checked:
+                    check_class_tier(tp)
+                    record.checked = True
+            chain = record.chains.get(jp)
+            if chain is not None and chain.valid and chain.tp is tp:
+                return chain
+            if fires(jp, tp):
+                chain = _build(jp, tp, None, None)
+            else:
+                chain = Chain(tp, False, (), ())
+            record.chains[jp] = chain
+            return chain
+
+    @staticmethod
+    def instance_chain(state: Any, jp: Any, type_chain: Any) -> Any:
+        """The chain of ``jp`` for one instance: class, instance, then global tier."""
+        with lock:
+            return _build(jp, type_chain.tp, state, type_chain)
+
+
+PLANNER = Planner()
+
+
+def _release_hot_caches(phase: str, info: dict[str, Any]) -> None:
+    """gc callback: before a full collection, empty every join point's hot cache (it
+    holds the class of its last call); the next call finds its chain again."""
+    if phase == "start" and info.get("generation") == 2:
+        for jp in all_join_points():
+            jp.forget_last_chain()
+
+
+gc.callbacks.append(_release_hot_caches)

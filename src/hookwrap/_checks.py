@@ -1,0 +1,109 @@
+"""Checks made when a callback is registered: the entry's shape, that its event
+exists, that its signature fits the join point. Each error names the callback,
+the place and the fix."""
+
+from __future__ import annotations
+
+import inspect
+import weakref
+from typing import Any, Iterable, Iterator
+
+from ._dispatch import AROUND, ERROR, POST, PRE
+from ._joinpoints import declared_custom_events, find_join_point, known_events, spec_of
+from .errors import HookError, UnknownEventError, closest
+from .events import CUSTOM, parse_event
+from .options import Registration
+from .signature import JoinPointSpec, callable_label, plan_step
+
+__all__ = [
+    "PHASE_CODES",
+    "check_custom_callback",
+    "check_entry",
+    "check_event",
+    "check_pair",
+    "check_registration",
+    "planned_step",
+]
+
+PHASE_CODES = {"pre": PRE, "post": POST, "around": AROUND, "error": ERROR}
+
+
+def check_pair(item: Any, where: str, known: Iterable[str] = ()) -> Registration:
+    """An ``(event, fn)`` entry as a Registration (its event parsed once)."""
+    if isinstance(item, Registration):
+        return item
+    if not (isinstance(item, tuple) and len(item) == 2):
+        raise HookError(
+            f"{where}: entries are (event, callback) pairs like ('pre-step', fn), got {item!r}."
+        )
+    return Registration(item[0], item[1], None, parse_event(item[0], where, known))
+
+
+def check_event(tp: type, phase: str, name: str, where: str) -> Any:
+    """Check that ``tp`` has this event; returns its join point (None for custom events)."""
+    if phase != CUSTOM:
+        return find_join_point(tp, name, where)
+    if name not in declared_custom_events(tp):
+        raise UnknownEventError(
+            f"{where}: {tp.__qualname__} declares no custom event {name!r}."
+            + closest(name, known_events(tp))
+            + f" Declare it in the class: `emits = ({name!r},)`."
+        )
+    return None
+
+
+def check_entry(tp: type, item: Any, where: str) -> Registration:
+    """Check an ``(event, fn)`` entry for class ``tp``: shape, event, signature."""
+    registration = check_pair(item, where, _known_on_demand(tp))
+    check_registration(tp, registration, where)
+    return registration
+
+
+def _known_on_demand(tp: type) -> Iterator[str]:
+    """The events of ``tp``, computed only if an error lists the closest ones."""
+    yield from known_events(tp)
+
+
+def check_registration(tp: type, registration: Registration, where: str) -> None:
+    """Check a parsed entry against class ``tp``: its event exists, its callback fits."""
+    jp = check_event(tp, registration.phase, registration.name, where)
+    if jp is None:
+        check_custom_callback(registration[1], where, pass_obj=True)
+    else:
+        planned_step(registration, spec_of(jp))
+
+
+def planned_step(registration: Registration, spec: JoinPointSpec) -> Any:
+    """The dispatch Step of ``registration`` on the join point of ``spec``: its
+    signature is read once (raising CallbackSignatureError if it does not fit),
+    and the Step kept on the registration, weakly keyed by the join point."""
+    steps = registration.steps
+    if steps is None:
+        steps = registration.steps = weakref.WeakKeyDictionary()
+    step = steps.get(spec)
+    if step is None:
+        options = registration.options
+        step = steps[spec] = plan_step(registration[1], PHASE_CODES[registration.phase], spec,
+                                       spec.has_obj, options.gate if options is not None else None)
+    return step
+
+
+def check_custom_callback(fn: Any, where: str, pass_obj: bool) -> None:
+    """A custom event callback gets keywords by name: no ``*args``/``**kwargs``."""
+    if not callable(fn):
+        raise HookError(f"{where}: {fn!r} is not callable; register a function.")
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return
+    if pass_obj and not params:
+        raise HookError(
+            f"{where}: callback {callable_label(fn)} takes no `self` parameter; its first "
+            f"parameter receives the object that emits the event."
+        )
+    for p in params:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise HookError(
+                f"{where}: callback {callable_label(fn)} takes {'*' if p.kind == p.VAR_POSITIONAL else '**'}"
+                f"{p.name}; name the keywords it needs instead."
+            )

@@ -1,0 +1,83 @@
+"""Preparing a ``Hookable`` subclass when it is created: capture its ``callbacks``
+list, keep overrides of join points hookable, and check its class tier."""
+
+from __future__ import annotations
+
+from types import FunctionType
+from typing import Any
+
+from ._checks import check_pair
+from ._dispatch import join_point_of
+from ._joinpoints import join_points, name_join_point
+from ._owners import class_record, lock
+from ._tiers import check_class_tier
+from .errors import HookError
+from .hookable import make_join_point
+
+__all__ = ["ClassCallbacksAttribute", "declared_callbacks", "prepare_class"]
+
+
+class ClassCallbacksAttribute:
+    """Base of the descriptor that serves ``obj.callbacks`` (see mixin)."""
+
+
+_ABSENT = object()
+
+
+def prepare_class(cls: type) -> None:
+    """Run on every Hookable subclass at creation."""
+    with lock:
+        record = class_record(cls)
+        assert record is not None
+        record.prepared = True
+        declared = vars(cls).get("callbacks", _ABSENT)
+        if declared is not _ABSENT and not isinstance(declared, ClassCallbacksAttribute):
+            record.declared = _parse_declared(cls, declared)
+            delattr(cls, "callbacks")  # the per-instance descriptor serves it now
+        _keep_overrides_hookable(cls)
+        # A class with join points of its own is checked now, so a typo fails at
+        # its definition. A mixin (only the inherited `init`) may name events of
+        # classes it will be mixed into: it is checked when first instantiated.
+        if set(join_points(cls)) - {"init"}:
+            check_class_tier(cls)
+            record.checked = True
+
+
+def _parse_declared(cls: type, declared: Any) -> tuple[Any, ...] | None:
+    if declared is None:
+        return None
+    where = f"{cls.__qualname__}.callbacks"
+    if not isinstance(declared, (list, tuple)):
+        raise HookError(f"{where} must be a list of (event, callback) pairs, got {declared!r}.")
+    return tuple(check_pair(item, where) for item in declared)
+
+
+def declared_callbacks(cls: Any) -> list[tuple[str, Any]]:
+    """The entries ``cls`` itself declared in its ``callbacks`` list."""
+    record = class_record(cls, create=False)
+    return list((record.declared or ()) if record is not None else ())
+
+
+def _keep_overrides_hookable(cls: type) -> None:
+    for name, value in list(vars(cls).items()):  # name first: __set_name__ may not have
+        jp = join_point_of(value)
+        if jp is not None and jp.owner is None:
+            name_join_point(value, cls, name)
+    for name, value in list(vars(cls).items()):
+        inherited = None
+        for base in cls.__mro__[1:]:
+            if name in vars(base):
+                inherited = join_point_of(vars(base)[name])
+                break
+        if inherited is None:
+            continue
+        own = join_point_of(value)
+        if own is not None:
+            if not own.explicit_event:  # an override keeps the event name it overrides
+                own.event = inherited.event
+        elif isinstance(value, FunctionType):
+            attribute = make_join_point(value, inherited.event)
+            jp = join_point_of(attribute)
+            jp.explicit_event = inherited.explicit_event
+            setattr(cls, name, attribute)
+            name_join_point(attribute, cls, name)

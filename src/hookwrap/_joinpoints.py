@@ -1,0 +1,139 @@
+"""Join points: naming them, finding them on a class, reading their parameters."""
+
+from __future__ import annotations
+
+import weakref
+from types import FunctionType
+from typing import Any
+
+from ._dispatch import FUNCTION, METHOD, JoinPoint, join_point_of
+from ._owners import class_record, lock
+from .errors import HookError, UnknownEventError, closest
+from .events import PHASES, normalize
+from .signature import JoinPointSpec
+
+__all__ = [
+    "all_join_points",
+    "declared_custom_events",
+    "find_join_point",
+    "fires",
+    "join_points",
+    "known_events",
+    "name_join_point",
+    "spec_of",
+    "track_join_point",
+]
+
+# Every join point, weakly: a global callback is checked against those of its event.
+_all_join_points: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def all_join_points() -> list[Any]:
+    return list(_all_join_points)
+
+
+def track_join_point(jp: Any) -> Any:
+    _all_join_points.add(jp)
+    return jp
+
+
+def name_join_point(value: Any, owner: type, name: str) -> None:
+    """``__set_name__`` for a join point that Python did not name: stored in a class
+    after its creation, inside a classmethod/staticmethod, or (pure twin) stored as
+    its dispatch function."""
+    jp = join_point_of(value)
+    if jp is None:
+        return
+    if type(value) is JoinPoint:
+        value.__set_name__(owner, name)
+        return
+    jp.owner, jp.attr_name = owner, name
+    if not jp.explicit_event:
+        jp.event = name
+    if type(value) is FunctionType and jp.binding == FUNCTION:
+        jp.binding = METHOD  # a plain function in a class body: an instance method
+
+
+def join_points(tp: type) -> dict[str, Any]:
+    """Normalized event name -> the most derived join point of that event on ``tp``.
+    Cached in ``tp``'s record; weaving (``changed_class(structure=True)``) clears it."""
+    try:
+        record = class_record(tp)
+    except HookError:  # a built-in type: nothing to cache on, and nothing to find
+        return _scan(tp)
+    assert record is not None
+    found = record.join_points
+    if found is None:
+        found = _scan(tp)
+        record.join_points = found
+    return found
+
+
+def _scan(tp: type) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    with lock:
+        for klass in tp.__mro__:
+            for attr, value in list(vars(klass).items()):
+                jp = join_point_of(value)
+                if jp is not None:
+                    if jp.owner is None:
+                        name_join_point(value, klass, attr)
+                    found.setdefault(normalize(jp.event), jp)
+    return found
+
+
+def declared_custom_events(tp: type) -> set[str]:
+    """The custom event names ``tp`` declares in ``emits`` (with its bases)."""
+    names: set[str] = set()
+    for klass in tp.__mro__:
+        emits = vars(klass).get("emits")
+        if isinstance(emits, str):
+            raise HookError(f"{klass.__qualname__}.emits must be a list of event names, not a string.")
+        if emits:
+            names.update(emits)
+    return names
+
+
+def known_events(tp: type) -> list[str]:
+    """Every event of ``tp``: each phase of each join point, then its custom events."""
+    events = [f"{p}-{jp.event}" for jp in join_points(tp).values() for p in PHASES]
+    return events + sorted(declared_custom_events(tp))
+
+
+def find_join_point(tp: type, name: str, where: str) -> Any:
+    """The join point named ``name`` on ``tp``, or UnknownEventError with the closest names."""
+    jp = join_points(tp).get(normalize(name))
+    record = class_record(tp, create=False)
+    if jp is None and record is not None:
+        # A join point set on the class after its first lookup (not by weave): look again.
+        record.join_points = None
+        jp = join_points(tp).get(normalize(name))
+    if jp is None:
+        known = sorted({jp.event for jp in join_points(tp).values()})
+        raise UnknownEventError(
+            f"{where}: {tp.__qualname__} has no join point {name!r}."
+            + closest(name, known)
+            + f" Join points of {tp.__qualname__}: {', '.join(known) or '(none)'}. "
+            f"Make the method hookable with @hookwrap.hookable."
+        )
+    return jp
+
+
+def spec_of(jp: Any) -> JoinPointSpec:
+    """The join point's parameters, read once (again if its event was renamed)."""
+    spec = jp.spec
+    if spec is None or spec.event != jp.event:
+        spec = jp.spec = JoinPointSpec(jp)
+    return spec  # type: ignore[no-any-return]
+
+
+def fires(jp: Any, tp: Any) -> bool:
+    """False when ``tp`` overrides this join point: the call is a ``super()`` call
+    from inside the override, whose callbacks already ran."""
+    name = jp.attr_name
+    if name is None or not isinstance(tp, type):
+        return True
+    for klass in tp.__mro__:
+        if name in vars(klass):
+            return join_point_of(vars(klass)[name]) is jp
+    return True

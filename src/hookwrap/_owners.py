@@ -1,0 +1,186 @@
+"""Where hookwrap keeps its state: on the thing it belongs to, never in a table
+that would keep that thing alive.
+
+* a class: a ``ClassRecord`` stored in the class itself (``__hookwrap_class__``):
+  its run-time registrations, its declared callbacks, the chains built for its
+  instances, and its caches. A record that points back at its class is a cycle
+  the collector frees with the class; a module-level dict or a
+  ``WeakKeyDictionary`` would not be (a value that refers to its key, such as a
+  callback method using ``super()``, keeps the key alive);
+* a plain function join point: a ``Record`` in ``jp.tier``;
+* an instance: ``InstanceHooks`` in its ``__dict__`` (``_tiers``);
+* the global tier: ``GLOBAL``.
+
+A registration changes one owner and invalidates only the caches that read it
+(``changed_*``): the chains of that event, for that class and its subclasses,
+that function, that instance, or (global) every class. Caches are dropped and
+their chains marked invalid, so a call already holding one finds it stale and
+nothing keeps a removed callback alive.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any, Iterator
+
+from .errors import HookError
+from .events import normalize
+
+__all__ = [
+    "GLOBAL",
+    "ClassRecord",
+    "Record",
+    "changed_class",
+    "changed_function",
+    "changed_global",
+    "class_record",
+    "discard_class_record",
+    "function_record",
+    "lock",
+    "with_subclasses",
+]
+
+# One lock for every registration and every chain build (re-entrant: a build
+# checks a class tier, which may find join points).
+lock = threading.RLock()
+
+RECORD_ATTR = "__hookwrap_class__"
+
+
+class Record:
+    """The registrations of one owner, and the chains built from them."""
+
+    __slots__ = ("registrations", "chains", "__weakref__")
+
+    def __init__(self) -> None:
+        self.registrations: list[Any] = []  # options.Registration, in order
+        self.chains: dict[Any, Any] = {}  # join point -> Chain
+
+    def drop_chains(self, event: str | None) -> None:
+        """Invalidate and drop the chains of ``event`` (normalized; None: all)."""
+        for jp, chain in list(self.chains.items()):
+            if event is None or normalize(jp.event) == event:
+                chain.valid = False
+                del self.chains[jp]
+                if jp.owner is None:  # a function: its last chain is this one
+                    jp.forget_last_chain()
+
+
+class ClassRecord(Record):
+    """What hookwrap keeps about one class, stored in the class."""
+
+    __slots__ = ("cls", "prepared", "declared", "own_entries", "join_points", "checked",
+                 "stateful", "states", "emit_cache")
+
+    def __init__(self, cls: type) -> None:
+        super().__init__()
+        self.cls = cls
+        self.prepared = False  # a Hookable subclass: its callbacks list and methods count
+        self.declared: tuple[Any, ...] | None = ()  # its `callbacks` list, parsed; None drops
+        self.own_entries: list[Any] | None = None  # its class-body entries (cache)
+        self.join_points: dict[str, Any] | None = None  # event -> join point (cache)
+        self.checked = False  # its class tier passed the checks
+        self.stateful = False  # some instance holds callbacks of its own
+        self.states: weakref.WeakSet[Any] = weakref.WeakSet()  # those instances' InstanceHooks
+        self.emit_cache: dict[str, Any] = {}  # custom event -> listeners
+
+    def drop(self, event: str | None) -> None:
+        self.drop_chains(event)
+        if event is None:
+            self.emit_cache.clear()
+        else:
+            self.emit_cache.pop(event, None)
+        for state in list(self.states):
+            state.drop(event)
+
+
+# Every record, weakly: a global registration reaches each of them.
+_records: weakref.WeakSet[Record] = weakref.WeakSet()
+GLOBAL = Record()
+
+
+def class_record(cls: type, create: bool = True) -> ClassRecord | None:
+    """The record stored in ``cls`` (not inherited), created on first use."""
+    record = cls.__dict__.get(RECORD_ATTR)
+    if record is None and create:
+        with lock:
+            record = cls.__dict__.get(RECORD_ATTR)
+            if record is None:
+                record = ClassRecord(cls)
+                try:
+                    type.__setattr__(cls, RECORD_ATTR, record)
+                except (TypeError, AttributeError) as exc:
+                    raise HookError(
+                        f"hookwrap cannot keep callbacks on {cls.__qualname__} ({exc}); "
+                        f"built-in and extension types cannot hold join points. Subclass it in "
+                        f"Python and hook the subclass."
+                    ) from None
+                _records.add(record)
+    return record  # type: ignore[no-any-return]
+
+
+def function_record(jp: Any) -> Record:
+    """The record of a plain function join point (its own registrations)."""
+    if jp.tier is None:
+        with lock:
+            if jp.tier is None:
+                jp.tier = Record()
+                _records.add(jp.tier)
+    return jp.tier  # type: ignore[no-any-return]
+
+
+def discard_class_record(cls: type) -> None:
+    """Forget everything kept on ``cls`` (its join points were all un-woven)."""
+    with lock:
+        record = cls.__dict__.get(RECORD_ATTR)
+        if record is not None:
+            record.drop(None)
+            type.__delattr__(cls, RECORD_ATTR)
+
+
+def with_subclasses(cls: type) -> Iterator[type]:
+    seen: set[int] = set()
+    pending = [cls]
+    while pending:
+        klass = pending.pop()
+        if id(klass) in seen:
+            continue
+        seen.add(id(klass))
+        yield klass
+        try:
+            pending.extend(type.__subclasses__(klass))
+        except TypeError:  # a metaclass's own __subclasses__
+            pending.extend(klass.__subclasses__())
+
+
+def changed_class(cls: type, event: str | None, structure: bool = False) -> None:
+    """Registrations on ``cls`` changed for ``event`` (None: all): drop what its
+    instances and its subclasses' instances built from them. ``structure``: its
+    join points changed (weaving), so their lookup caches go too."""
+    with lock:
+        for klass in with_subclasses(cls):
+            record = class_record(klass, create=False)
+            if record is None:
+                continue
+            if structure:
+                record.join_points = None
+                record.own_entries = None
+                record.checked = False
+            record.drop(event)
+
+
+def changed_function(jp: Any) -> None:
+    with lock:
+        function_record(jp).drop_chains(None)
+
+
+def changed_global(event: str | None) -> None:
+    """The global tier changed for ``event``: every class's chains of it, and every
+    plain function join point's."""
+    with lock:
+        for record in list(_records):
+            if isinstance(record, ClassRecord):
+                record.drop(event)
+            else:
+                record.drop_chains(event)

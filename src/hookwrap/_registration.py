@@ -1,0 +1,201 @@
+"""Registering callbacks: checked when registered, stored on their owner, undone
+by the ``Handle`` each registration returns. An event string is parsed once, at
+the public entry (``register``), and travels as a ``Registration``."""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any, Callable
+
+from ._checks import check_custom_callback, check_registration, planned_step
+from ._dispatch import FUNCTION, join_point_of
+from ._joinpoints import all_join_points, spec_of
+from ._owners import GLOBAL, changed_class, changed_function, changed_global, class_record, function_record, lock
+from ._tiers import instance_state
+from .errors import HookError, UnknownEventError, closest
+from .events import CUSTOM, PHASES, normalize, parse_event
+from .options import Registration, make_options, order_entries
+
+__all__ = ["Handle", "Removable", "register", "register_entries", "register_global"]
+
+
+class Removable:
+    """Undone by ``remove()``; also a context manager that removes on exit."""
+
+    __slots__ = ()
+
+    def remove(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+
+# Where a registration was stored: the list, the entry, and what to invalidate
+# when it leaves (None: the list does it, as an instance's does).
+Place = tuple[list[Any], Registration, Callable[[], None] | None]
+
+
+class Handle(Removable):
+    """What every registration returns: ``remove()`` it (idempotent), or use it as a
+    context manager. Registered without a function (``@obj.before("loss")``), it is
+    the decorator: applying it registers the function and returns it unchanged."""
+
+    __slots__ = ("_places", "_register", "__weakref__")
+
+    def __init__(self, places: list[Place], register: Callable[[Any], Handle] | None = None) -> None:
+        self._places = places
+        self._register = register
+
+    def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        if self._register is None:
+            raise HookError("this handle is already bound to a callback; register a new one.")
+        registered = self._register(fn)
+        self._places, self._register = registered._places, None
+        return fn
+
+    @property
+    def active(self) -> bool:
+        return any(any(e is entry for e in entries) for entries, entry, _ in self._places)
+
+    def remove(self) -> None:
+        with lock:
+            for entries, entry, changed in self._places:
+                for i, e in enumerate(entries):
+                    if e is entry:
+                        del entries[i]
+                        if changed is not None:
+                            changed()
+                        break
+
+    def __repr__(self) -> str:
+        state = "active" if self.active else ("pending" if self._register else "removed")
+        events = ", ".join(entry[0] for _, entry, _ in self._places)
+        return f"<hookwrap.Handle {events or '-'} {state}>"
+
+
+def _add(entries: list[Any], new: list[Registration],
+         changed: Callable[[Registration], Callable[[], None]] | None) -> Handle:
+    """Append entries (under the lock); check their ordering; invalidate what they
+    change; return their handle. ``changed(entry)``: what to call when ``entry``
+    is added or removed (None: ``entries`` does it itself)."""
+    with lock:
+        entries.extend(new)
+        try:
+            for event in {e[0] for e in new}:
+                order_entries([e for e in entries if e[0] == event])  # raises on a cycle
+        except HookError:
+            for e in new:
+                for i, old in enumerate(entries):
+                    if old is e:
+                        del entries[i]
+                        break
+            raise
+        places: list[Place] = []
+        for entry in new:
+            on_change = changed(entry) if changed is not None else None
+            if on_change is not None:
+                on_change()
+            places.append((entries, entry, on_change))
+    return Handle(places)
+
+
+def _target_label(target: Any) -> str:
+    if isinstance(target, type):
+        return target.__qualname__
+    if isinstance(target, ModuleType):
+        return target.__name__
+    jp = join_point_of(target)
+    if jp is not None:
+        return getattr(jp.func, "__qualname__", jp.event)
+    return f"{type(target).__qualname__} instance"
+
+
+def _unknown_in_function(jp: Any, registration: Registration, where: str) -> UnknownEventError:
+    return UnknownEventError(
+        f"{where}: the join point {jp.event!r} has no event {registration[0]!r}; its events are "
+        + ", ".join(f"'{p}-{jp.event}'" for p in PHASES) + "."
+    )
+
+
+def register_entries(target: Any, registrations: list[Registration], where: str) -> Handle:
+    """Register parsed entries on an instance, a class, a module or a function."""
+    jp = join_point_of(target)
+    if isinstance(target, ModuleType):
+        funcs = {normalize(j.event): j for j in map(join_point_of, vars(target).values()) if j is not None}
+        for registration in registrations:
+            if registration.name not in funcs:
+                raise UnknownEventError(
+                    f"{where}: module {target.__name__} has no join point {registration.name!r}."
+                    + closest(registration.name, [j.event for j in funcs.values()])
+                    + " Make the function hookable with @hookwrap.hookable or hookwrap.weave()."
+                )
+        handles = [register_entries(funcs[r.name], [r], where) for r in registrations]
+        return Handle([p for h in handles for p in h._places])
+    if jp is not None and jp.binding == FUNCTION and jp.owner is None:
+        spec = spec_of(jp)
+        for registration in registrations:
+            if registration.phase == CUSTOM or registration.name != normalize(jp.event):
+                raise _unknown_in_function(jp, registration, where)
+            planned_step(registration, spec)
+        return _add(function_record(jp).registrations, registrations,
+                    lambda _: lambda: changed_function(jp))
+    if jp is not None:  # a method join point: its class
+        target = jp.owner
+    if isinstance(target, type):
+        cls = target
+        for registration in registrations:
+            check_registration(cls, registration, where)
+        record = class_record(cls)
+        assert record is not None
+        return _add(record.registrations, registrations,
+                    lambda entry: lambda: changed_class(cls, entry.name))
+    state = instance_state(target)
+    assert state is not None
+    return _add(state.callbacks, registrations, None)
+
+
+def register(target: Any, phase: str, event: Any, fn: Any, opts: dict[str, Any]) -> Handle:
+    """``before``/``after``/``around``/``on_error``/``on``: one callback on a target."""
+    verb = {"pre": "before", "post": "after", "around": "around", "error": "on_error", CUSTOM: "on"}[phase]
+    where = f"{verb}({_target_label(target)}, {event!r})"
+    if not isinstance(event, str):
+        raise HookError(f"{where}: the event must be a string, got {type(event).__name__}.")
+    if phase == CUSTOM:
+        if "-" in event:
+            raise HookError(f"{where}: on() takes a custom event name like 'on_fit_end', got {event!r}.")
+    elif event.partition("-")[0] in PHASES and "-" in event:
+        raise HookError(
+            f"{where}: {verb}() takes a join point name like 'step', got {event!r}. "
+            f"Pass the join point, not the event."
+        )
+    options = make_options(where, **opts)
+    if fn is None:
+        return Handle([], lambda f: register(target, phase, event, f, opts))
+    full = event if phase == CUSTOM else f"{phase}-{event}"
+    registration = Registration(full, fn, options, parse_event(full, where))  # the one parse
+    return register_entries(target, [registration], where)
+
+
+def register_global(registrations: list[Registration], where: str) -> Handle:
+    """Global tier: checked against every join point of that event known now."""
+    for registration in registrations:
+        if registration.phase == CUSTOM:
+            check_custom_callback(registration[1], where, pass_obj=True)
+            continue
+        known_now = all_join_points()
+        matching = [jp for jp in known_now if normalize(jp.event) == registration.name]
+        if not matching:
+            known = sorted({f"{p}-{jp.event}" for jp in known_now for p in PHASES})
+            raise UnknownEventError(
+                f"{where}: no join point {registration.name!r} exists."
+                + closest(registration[0], known)
+                + " Define or import the hookable code before registering a global callback for it."
+            )
+        for jp in matching:
+            planned_step(registration, spec_of(jp))
+    return _add(GLOBAL.registrations, registrations,
+                lambda entry: lambda: changed_global(entry.name))

@@ -1,0 +1,339 @@
+"""The tiers: which callbacks one event has for one object, in the order they run,
+each with a structured ``Source`` that ``describe`` prints.
+
+Tiers, in order (Cerebras: core -> user -> global):
+
+1. class tier (core): for each class of the MRO from base to most derived, its
+   declared ``callbacks`` list, then its ``{phase}_<event>_callback`` methods;
+   after all of those, run-time class registrations (``hw.before(Cls, ...)``),
+   base class first;
+2. user tier: ``obj.callbacks`` of the instance (``obj.before``, ``add_callback``
+   append to it), or for a plain function its own registrations;
+3. global tier: ``register_global_callback``.
+
+Within a tier: registration order, ``prepend=True`` first, then ``before=`` /
+``after=`` constraints (``options.order_entries``).
+"""
+
+from __future__ import annotations
+
+from types import FunctionType
+from typing import Any, Iterable, NamedTuple
+
+from ._checks import check_custom_callback, check_entry, check_event, planned_step
+from ._dispatch import STATE_KEY, HookState
+from ._joinpoints import spec_of
+from ._owners import GLOBAL, changed_class, class_record, lock
+from .errors import HookError
+from .events import CUSTOM, callback_method_event, normalize
+from .options import Registration, order_entries
+
+__all__ = [
+    "Entry",
+    "InstanceCallbackList",
+    "InstanceHooks",
+    "Source",
+    "check_class_tier",
+    "class_entries",
+    "entries_for",
+    "instance_state",
+]
+
+
+class Source(NamedTuple):
+    """Where an entry came from. ``tier``: class, instance, function or global;
+    ``kind`` (class tier): list (its ``callbacks``), method (a ``*_callback``
+    method) or registered (``hw.before(Cls, ...)``); ``owner``: the class;
+    ``attr``: the method's name."""
+
+    tier: str
+    kind: str = ""
+    owner: str = ""
+    attr: str = ""
+
+    def __str__(self) -> str:
+        if self.kind == "list":
+            return f"class list {self.owner}.callbacks"
+        if self.kind == "method":
+            return f"class method {self.attr} ({self.owner})"
+        if self.kind == "registered":
+            return f"class {self.owner} (registered)"
+        return self.tier
+
+
+INSTANCE = Source("instance")
+FUNCTION_TIER = Source("function")
+GLOBAL_TIER = Source("global")
+
+
+class Entry(NamedTuple):
+    """One callback of one event, with where it came from."""
+
+    phase: str  # "pre", "post", "around", "error" or "on" (custom event)
+    event: str  # normalized join point name, or the custom event name
+    fn: Any
+    options: Any
+    source: Source
+    registration: Registration
+
+    @property
+    def origin(self) -> str:
+        return str(self.source)
+
+
+def _entry(registration: Registration, source: Source) -> Entry:
+    return Entry(registration.phase, registration.name, registration[1], registration.options,
+                 source, registration)
+
+
+# --- the class tier ------------------------------------------------------------
+
+
+def _own_entries(klass: type, record: Any) -> tuple[list[Entry] | None, list[tuple[str, Entry | None]]]:
+    """``klass``'s class-body entries: its declared list (None: ``callbacks = None``
+    drops the inherited ones) and its callback methods (None: ``pre_step_callback =
+    None`` drops the inherited one). Read once, kept in its record."""
+    if record.own_entries is not None:
+        return record.own_entries  # type: ignore[no-any-return]
+    declared: list[Entry] | None = None
+    if record.declared is not None:
+        source = Source("class", "list", klass.__qualname__)
+        declared = [_entry(r, source) for r in record.declared]
+    methods: list[tuple[str, Entry | None]] = []
+    for attr, value in list(vars(klass).items()):
+        parsed = callback_method_event(attr)
+        if parsed is None:
+            continue
+        if value is None:
+            methods.append((attr, None))
+            continue
+        if not isinstance(value, FunctionType):
+            raise HookError(
+                f"{klass.__qualname__}.{attr} looks like a callback method but is a "
+                f"{type(value).__name__}; define it as a plain method `def {attr}(self, ...)`."
+            )
+        phase, name = parsed
+        registration = Registration(f"{phase}-{name}", value, None, parsed)
+        methods.append((attr, _entry(registration, Source("class", "method", klass.__qualname__, attr))))
+    record.own_entries = (declared, methods)
+    return record.own_entries  # type: ignore[no-any-return]
+
+
+def class_entries(tp: type) -> list[Entry]:
+    """The class tier of ``tp``: declared (base first), then run-time registrations."""
+    entries: list[Entry] = []
+    records = [class_record(klass, create=False) for klass in reversed(tp.__mro__)]
+    for klass, record in zip(reversed(tp.__mro__), records):
+        if record is None or not record.prepared:
+            continue
+        declared, methods = _own_entries(klass, record)
+        if declared is None:
+            entries = [e for e in entries if e.source.kind != "list"]
+        else:
+            entries += declared
+        for attr, entry in methods:
+            if entry is None:
+                entries = [e for e in entries if not (e.source.kind == "method" and e.source.attr == attr)]
+            else:
+                entries.append(entry)
+    for klass, record in zip(reversed(tp.__mro__), records):
+        if record is not None and record.registrations:
+            source = Source("class", "registered", klass.__qualname__)
+            entries += [_entry(r, source) for r in record.registrations]
+    return entries
+
+
+def check_class_tier(cls: type) -> None:
+    """Check every class-tier callback of ``cls``: its event exists, its signature fits."""
+    for entry in class_entries(cls):
+        where = f"{cls.__qualname__} ({entry.origin})"
+        jp = check_event(cls, entry.phase, entry.event, where)
+        if jp is None:
+            check_custom_callback(entry.fn, where, pass_obj=True)
+        else:
+            planned_step(entry.registration, spec_of(jp))
+
+
+# --- the instance tier ---------------------------------------------------------
+
+
+class InstanceCallbackList(list):  # type: ignore[type-arg]
+    """``obj.callbacks``: this instance's ``(event, fn)`` entries.
+
+    A list of the object's own; the class's declared list is never touched.
+    Every entry is checked when it is added (unknown event, bad signature), and
+    every change takes effect at the next call.
+    """
+
+    __slots__ = ("_cls", "_state")
+
+    def __init__(self, cls: type, items: Iterable[Any] = (), state: Any = None) -> None:
+        super().__init__()
+        self._cls = cls
+        self._state = state  # the InstanceHooks whose chains a change drops
+        self.extend(items)
+
+    def _check(self, item: Any) -> Any:
+        return check_entry(self._cls, item, f"{self._cls.__qualname__} instance callbacks")
+
+    def _changed(self, items: Iterable[Any] | None = None) -> None:
+        """Drop the instance's chains of the events of ``items`` (None: of every event)."""
+        if self._state is None:
+            return
+        if items is None:
+            self._state.drop(None)
+        else:
+            for event in {item.name for item in items}:
+                self._state.drop(event)
+
+    def append(self, item: Any) -> None:
+        item = self._check(item)
+        with lock:
+            super().append(item)
+            self._changed([item])
+
+    def extend(self, items: Iterable[Any]) -> None:
+        items = [self._check(item) for item in items]
+        with lock:
+            super().extend(items)
+            self._changed(items)
+
+    def insert(self, index: Any, item: Any) -> None:
+        item = self._check(item)
+        with lock:
+            super().insert(index, item)
+            self._changed([item])
+
+    def __iadd__(self, items: Iterable[Any]) -> InstanceCallbackList:  # type: ignore[override, misc]
+        self.extend(items)
+        return self
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        value = [self._check(v) for v in value] if isinstance(index, slice) else self._check(value)
+        with lock:
+            super().__setitem__(index, value)
+            self._changed()
+
+    def __delitem__(self, index: Any) -> None:
+        with lock:
+            removed = self[index]
+            super().__delitem__(index)
+            self._changed(removed if isinstance(index, slice) else [removed])
+
+    def remove(self, item: Any) -> None:
+        with lock:
+            removed = self[self.index(item)]
+            super().remove(item)
+            self._changed([removed])
+
+    def pop(self, index: Any = -1) -> Any:
+        with lock:
+            item = super().pop(index)
+            self._changed([item])
+            return item
+
+    def clear(self) -> None:
+        with lock:
+            super().clear()
+            self._changed()
+
+    def sort(self, *args: Any, **kwargs: Any) -> None:
+        with lock:
+            super().sort(*args, **kwargs)
+            self._changed()
+
+    def reverse(self) -> None:
+        with lock:
+            super().reverse()
+            self._changed()
+
+    def __imul__(self, n: Any) -> InstanceCallbackList:  # type: ignore[override, misc]
+        with lock:
+            super().__imul__(n)
+            self._changed()
+        return self
+
+    def __reduce__(self) -> Any:
+        return (InstanceCallbackList, (self._cls, list(self)))
+
+
+class InstanceHooks(HookState):
+    """Per-instance state in ``obj.__dict__``: the instance tier and its chain cache."""
+
+    def __init__(self, cls: type, callbacks: Iterable[Any] = ()) -> None:
+        super().__init__()
+        self.cls = cls
+        self.emit_cache: dict[str, Any] = {}
+        record = class_record(cls)
+        assert record is not None
+        with lock:  # from now on, calls on `cls` instances look for instance state
+            record.states.add(self)
+            if not record.stateful:
+                record.stateful = True
+                changed_class(cls, None)
+        self.callbacks = InstanceCallbackList(cls, callbacks, self)
+
+    def drop(self, event: str | None) -> None:
+        """Invalidate and drop this instance's chains of ``event`` (None: all)."""
+        for jp, chain in list(self.chains.items()):
+            if event is None or normalize(jp.event) == event:
+                chain.valid = False
+                del self.chains[jp]
+        if event is None:
+            self.emit_cache.clear()
+        else:
+            self.emit_cache.pop(event, None)
+
+    def __reduce__(self) -> Any:
+        # The chain caches are rebuilt after unpickling or copying.
+        return (InstanceHooks, (self.cls, list(self.callbacks)))
+
+
+def instance_state(obj: Any, create: bool = True) -> InstanceHooks | None:
+    try:
+        namespace = vars(obj)
+    except TypeError:
+        raise HookError(
+            f"{type(obj).__qualname__} instances have no __dict__ (__slots__?), so they cannot "
+            f"hold instance callbacks; register on the class instead: "
+            f"hookwrap.before({type(obj).__name__}, ...)."
+        ) from None
+    state = namespace.get(STATE_KEY)
+    if state is None and create:
+        with lock:
+            state = namespace.get(STATE_KEY)
+            if state is None:
+                state = namespace[STATE_KEY] = InstanceHooks(type(obj))
+    return state
+
+
+# --- all tiers of one event ------------------------------------------------------
+
+
+def _ordered(entries: list[Entry]) -> list[Entry]:
+    """Apply prepend/before/after within one tier, per phase."""
+    if not any(e.options is not None for e in entries):
+        return entries
+    out: list[Entry] = []
+    for phase in dict.fromkeys(e.phase for e in entries):
+        out += order_entries([e for e in entries if e.phase == phase], lambda e: e.fn)
+    return out
+
+
+def entries_for(event: str, custom: bool, tp: Any, jp: Any, state: Any) -> list[Entry]:
+    """Every entry of ``event`` (a custom event if ``custom``) for one object, class or
+    function, tier by tier, in order."""
+    def pick(registrations: Iterable[Registration], source: Source) -> list[Entry]:
+        return _ordered([_entry(r, source) for r in registrations
+                         if r.name == event and (r.phase == CUSTOM) == custom])
+
+    def pick_entries(entries: Iterable[Entry]) -> list[Entry]:
+        return _ordered([e for e in entries if e.event == event and (e.phase == CUSTOM) == custom])
+
+    core = pick_entries(class_entries(tp)) if isinstance(tp, type) else []
+    user: list[Entry] = []
+    if jp is not None and jp.tier is not None:
+        user += pick(jp.tier.registrations, FUNCTION_TIER)
+    if state is not None:
+        user += pick(state.callbacks, INSTANCE)
+    return core + user + pick(GLOBAL.registrations, GLOBAL_TIER)
