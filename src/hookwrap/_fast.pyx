@@ -21,6 +21,7 @@ from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.dict cimport PyDict_GetItem
 
 from inspect import Parameter
+from inspect import iscoroutinefunction as _iscoroutinefunction
 from types import MethodType
 
 from .errors import callback_note as _callback_note
@@ -570,8 +571,6 @@ cdef class JoinPoint:
         self._chain = _NO_CHAIN
 
     def __init__(self, func, event, int binding, planner):
-        from inspect import iscoroutinefunction
-
         self.func = func
         # Event name: the explicit one, else the attribute name in the class
         # (__set_name__), else the function's __name__.
@@ -580,7 +579,7 @@ cdef class JoinPoint:
         self.binding = binding
         self.owner = None
         self.attr_name = None
-        self.is_async = iscoroutinefunction(func)
+        self.is_async = _iscoroutinefunction(func)
         self.planner = planner
 
     def forget_last_chain(self):
