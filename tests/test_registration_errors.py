@@ -157,3 +157,17 @@ def test_callback_method_that_is_not_a_function(hw):
                 pass
 
             pre_step_callback = staticmethod(lambda: None)
+
+
+def test_both_twins_refuse_a_callback_asking_for_too_many_arguments(hw):
+    names = [f"a{i}" for i in range(32)]
+    namespace: dict = {}
+    exec(f"def step(self, {', '.join(names)}):\n    return a0", namespace)
+    exec(f"def greedy(self, {', '.join(names)}):\n    return None", namespace)
+    exec(f"def fits(self, {', '.join(names[:31])}):\n    return None", namespace)
+    Trainer = type("Trainer", (hw.Hookable,), {"step": hw.hookable(namespace["step"])})
+    t = Trainer()
+    with pytest.raises(hw.CallbackSignatureError, match=r"asks for 32 arguments; a callback may ask for at most 31"):
+        t.after("step", namespace["greedy"])
+    t.after("step", namespace["fits"])
+    assert t.step(*range(32)) == 0

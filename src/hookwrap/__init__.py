@@ -10,6 +10,7 @@ from .api import on
 from .api import on_error
 from .callback import Callback
 from .callback import register_global_callback
+from .describe import Description
 from .describe import describe
 from .emit import emit
 from .errors import CallbackReturnError
@@ -23,6 +24,7 @@ from .mixin import Hookable
 from ._registration import Handle
 from .state import callback_state
 from .state import load_callback_state
+from .weave import WeaveHandle
 from .weave import weave
 
 __all__ = [
@@ -30,12 +32,14 @@ __all__ = [
     "CallbackMixin",
     "CallbackReturnError",
     "CallbackSignatureError",
+    "Description",
     "Handle",
     "HookError",
     "Hookable",
     "StopTraining",
     "USING_EXTENSION",
     "UnknownEventError",
+    "WeaveHandle",
     "after",
     "around",
     "before",

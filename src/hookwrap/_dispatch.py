@@ -14,7 +14,7 @@ from types import FunctionType
 from typing import TYPE_CHECKING, Any
 
 __all__ = [
-    "AROUND", "CLASSMETHOD", "ERROR", "EXCEPTION", "FUNCTION", "JOIN_POINT_ATTR", "KW_ONLY", "METHOD", "MISSING",
+    "AROUND", "CLASSMETHOD", "ERROR", "EXCEPTION", "FUNCTION", "JOIN_POINT_ATTR", "KW_ONLY", "MAX_CALLBACK_ARGS", "METHOD", "MISSING",
     "NO_EXTENSIONS", "POST", "POS_ONLY", "POS_OR_KW", "PRE", "RETURN_VALUE", "STATE_KEY",
     "USING_EXTENSION", "VAR_KW", "VAR_POS", "ArgRef", "Chain", "HookState", "JoinPoint",
     "Step", "as_attribute", "call_around", "join_point_of",
@@ -55,6 +55,7 @@ from ._fast_py import (  # noqa: E402
     EXCEPTION,
     FUNCTION,
     JOIN_POINT_ATTR,
+    MAX_CALLBACK_ARGS,
     KW_ONLY,
     METHOD,
     MISSING,

@@ -84,6 +84,7 @@ AROUND = C_AROUND
 ERROR = C_ERROR
 
 MISSING = Parameter.empty
+MAX_CALLBACK_ARGS = MAX_STACK - 1  # the C array also holds the object
 STATE_KEY = "__hookwrap__"
 JOIN_POINT_ATTR = "__hookwrap_join_point__"
 

@@ -41,6 +41,9 @@ AROUND = 2
 ERROR = 3
 
 MISSING = inspect.Parameter.empty
+# A callback may ask for at most this many arguments of the join point (the
+# compiled twin calls it from a fixed C array; both twins refuse more alike).
+MAX_CALLBACK_ARGS = 31
 STATE_KEY = "__hookwrap__"
 # The pure twin stores a join point's dispatch function, which carries it here.
 JOIN_POINT_ATTR = "__hookwrap_join_point__"

@@ -17,6 +17,7 @@ from ._dispatch import (
     EXCEPTION,
     FUNCTION,
     KW_ONLY,
+    MAX_CALLBACK_ARGS,
     MISSING,
     POS_ONLY,
     POS_OR_KW,
@@ -179,6 +180,11 @@ def plan_step(fn: Callable[..., Any], phase: int, spec: JoinPointSpec, pass_obj:
                 )
             kwnames.append(p.name)
         refs.append(ref)
+    if len(refs) > MAX_CALLBACK_ARGS:
+        raise CallbackSignatureError(
+            f"{where}: asks for {len(refs)} arguments; a callback may ask for at most "
+            f"{MAX_CALLBACK_ARGS}. Ask for fewer, or read them from the object or one argument."
+        )
     return Step(fn, event, label, phase, pass_obj, tuple(refs), tuple(kwnames), gate)
 
 
