@@ -15,13 +15,16 @@ from setuptools import build_meta as _setuptools
 from setuptools.build_meta import *  # noqa: F403 - every hook not redefined below
 
 CYTHON = "Cython>=3.0"
-_GENERATED_C = Path(__file__).resolve().parent.parent / "src" / "hookwrap" / "_fast.c"
+_PACKAGE = Path(__file__).resolve().parent.parent / "src" / "hookwrap"
 
 
 def _cython_needed(sdist: bool = False) -> bool:
     if os.environ.get("HOOKWRAP_NO_EXTENSIONS"):
         return False
-    return sdist or not _GENERATED_C.exists()
+    generated, source = _PACKAGE / "_fast.c", _PACKAGE / "_fast.pyx"
+    # A checkout's _fast.c may predate an edit of _fast.pyx: regenerate it then.
+    fresh = generated.exists() and generated.stat().st_mtime >= source.stat().st_mtime
+    return sdist or not fresh
 
 
 def get_requires_for_build_wheel(config_settings: Any = None) -> list[str]:
