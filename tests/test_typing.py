@@ -1,14 +1,18 @@
-"""Type checkers see a decorated function's own signature (and hookwrap type-checks)."""
+"""Type checkers see a join point's own signature, bound like a method, with the
+registration verbs and ``__wrapped__``; the package and the README's examples
+pass ``mypy --strict``."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = Path(__file__).resolve().parent.parent
 
 SAMPLE = '''
 import hookwrap as hw
@@ -26,25 +30,63 @@ class Trainer(hw.Hookable):
 def train_step(model: str, batch: int) -> str:
     return model * batch
 
+def log(self: Trainer, batch: list[int]) -> None:
+    print(batch)
+
+handle: hw.Handle = Trainer.step.before(log)
+train_step.after(lambda return_value: return_value)
+Trainer.compute_loss.around(lambda self, proceed, batch: proceed(batch))
+train_step.on_error(lambda exception: None)
 reveal_type(Trainer().step)
 reveal_type(train_step)
+reveal_type(train_step.__wrapped__)
+reveal_type(Trainer().compute_loss([1]))
+description: hw.Description = hw.describe(Trainer)
+weaving: hw.WeaveHandle = hw.weave(Trainer, "compute_loss")
 Trainer().step("oops")
 '''
 
 
-def test_decorated_signatures_reach_the_type_checker(tmp_path):
+def _mypy(tmp_path: Path, *args: str) -> str:
     pytest.importorskip("mypy")
-    sample = tmp_path / "sample.py"
-    sample.write_text(SAMPLE)
     out = subprocess.run(
-        [sys.executable, "-m", "mypy", "--no-incremental", "--cache-dir", str(tmp_path / "cache"), str(sample)],
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--cache-dir",
+         str(tmp_path / "cache"), *args],
         cwd=ROOT, capture_output=True, text=True,
     )
-    text = out.stdout
-    assert 'Revealed type is "def (batch: builtins.list[builtins.int], scale: builtins.float =) -> builtins.float"' in text or \
-        'Revealed type is "def (batch: list[int], scale: float =) -> float"' in text, text
-    assert "def (model: builtins.str, batch: builtins.int) -> builtins.str" in text or \
-        'def (model: str, batch: int) -> str' in text, text
-    assert 'Argument 1 to "step" of "Trainer" has incompatible type "str"' in text, text
-    # hookwrap's own modules type-check cleanly: the only error is the sample's.
-    assert text.count("error:") == 1, text
+    return out.stdout + out.stderr
+
+
+def test_join_points_keep_their_signature_and_gain_the_verbs(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text(SAMPLE)
+    text = _mypy(tmp_path, str(sample))
+    revealed = re.findall(r'Revealed type is "(.*)"', text)
+    assert revealed == [
+        "def (batch: builtins.list[builtins.int], scale: builtins.float =) -> builtins.float",
+        "hookwrap.hookable.HookableCallable[[model: builtins.str, batch: builtins.int], builtins.str]",
+        "def (model: builtins.str, batch: builtins.int) -> builtins.str",
+        "builtins.int",
+    ] or revealed == [
+        "def (batch: list[int], scale: float =) -> float",
+        "hookwrap.hookable.HookableCallable[[model: str, batch: int], str]",
+        "def (model: str, batch: int) -> str",
+        "int",
+    ], text
+    # The one error is the sample's own: a wrong argument to a join point.
+    assert text.count("error:") == 1 and 'incompatible type "str"; expected "list[int]"' in text, text
+
+
+def test_the_package_passes_mypy_strict(tmp_path):
+    text = _mypy(tmp_path, str(ROOT / "src" / "hookwrap"))
+    assert "Success: no issues found" in text, text
+
+
+def test_the_readme_examples_pass_mypy_strict(tmp_path):
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    examples = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
+    assert len(examples) >= 10
+    for i, code in enumerate(examples):
+        (tmp_path / f"readme_example_{i}.py").write_text(code)
+    text = _mypy(tmp_path, *sorted(str(p) for p in tmp_path.glob("readme_example_*.py")))
+    assert "Success: no issues found" in text, text

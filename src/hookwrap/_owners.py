@@ -117,7 +117,7 @@ def class_record(cls: type, create: bool = True) -> ClassRecord | None:
                         f"Python and hook the subclass."
                     ) from None
                 _records.add(record)
-    return record  # type: ignore[no-any-return]
+    return record
 
 
 def function_record(jp: Any) -> Record:

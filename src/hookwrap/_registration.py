@@ -110,7 +110,7 @@ def _target_label(target: Any) -> str:
         return target.__name__
     jp = join_point_of(target)
     if jp is not None:
-        return getattr(jp.func, "__qualname__", jp.event)
+        return str(getattr(jp.func, "__qualname__", jp.event))
     return f"{type(target).__qualname__} instance"
 
 

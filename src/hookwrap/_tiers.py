@@ -18,7 +18,7 @@ Within a tier: registration order, ``prepend=True`` first, then ``before=`` /
 from __future__ import annotations
 
 from types import FunctionType
-from typing import Any, Iterable, NamedTuple
+from typing import Any, Iterable, NamedTuple, cast
 
 from ._checks import check_custom_callback, check_entry, check_event, planned_step
 from ._dispatch import STATE_KEY, HookState
@@ -204,7 +204,7 @@ class InstanceCallbackList(list):  # type: ignore[type-arg]
             super().insert(index, item)
             self._changed([item])
 
-    def __iadd__(self, items: Iterable[Any]) -> InstanceCallbackList:  # type: ignore[override, misc]
+    def __iadd__(self, items: Iterable[Any]) -> InstanceCallbackList:  # type: ignore[misc]
         self.extend(items)
         return self
 
@@ -247,7 +247,7 @@ class InstanceCallbackList(list):  # type: ignore[type-arg]
             super().reverse()
             self._changed()
 
-    def __imul__(self, n: Any) -> InstanceCallbackList:  # type: ignore[override, misc]
+    def __imul__(self, n: Any) -> InstanceCallbackList:  # type: ignore[misc]
         with lock:
             super().__imul__(n)
             self._changed()
@@ -304,7 +304,7 @@ def instance_state(obj: Any, create: bool = True) -> InstanceHooks | None:
             state = namespace.get(STATE_KEY)
             if state is None:
                 state = namespace[STATE_KEY] = InstanceHooks(type(obj))
-    return state
+    return cast("InstanceHooks | None", state)
 
 
 # --- all tiers of one event ------------------------------------------------------

@@ -55,7 +55,7 @@ def _demo_trainer_class() -> type:
 def _timed_fit(trainer: Any, epochs: int) -> float:
     start = time.perf_counter()
     trainer.fit(epochs)
-    return (time.perf_counter() - start) / max(trainer.steps, 1)
+    return float((time.perf_counter() - start) / max(trainer.steps, 1))
 
 
 def step_times(trainer: Any, batches: list[Any], rounds: int = 30,

@@ -44,7 +44,7 @@ def _listeners(target: Any, tp: type, name: str) -> tuple[_Listener, ...]:
             entries = entries_for(name, True, tp, None, state)
             listeners = tuple(_Listener(e.fn, e.options.gate if e.options else None) for e in entries)
             cache[name] = listeners
-    return listeners  # type: ignore[no-any-return]
+    return listeners
 
 
 def emit(target: Any, name: str, /, **kwargs: Any) -> None:

@@ -14,7 +14,17 @@ from __future__ import annotations
 
 import functools
 from types import FunctionType
-from typing import Any, Callable, SupportsIndex, TypeVar, overload
+from typing import (
+    Any,
+    Callable,
+    Concatenate,
+    ParamSpec,
+    Protocol,
+    Self,
+    SupportsIndex,
+    TypeVar,
+    overload,
+)
 
 import wrapt
 
@@ -25,7 +35,51 @@ from ._registration import Handle, register
 from .errors import HookError
 from .events import PHASES
 
-__all__ = ["HookableWrapper", "hookable", "make_join_point"]
+__all__ = ["HookableCallable", "HookableWrapper", "hookable", "make_join_point"]
+
+P = ParamSpec("P")
+Q = ParamSpec("Q")
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
+S = TypeVar("S")
+T = TypeVar("T")
+
+
+class HookableCallable(Protocol[P, R_co]):
+    """What ``@hookable`` returns, as type checkers see it: the function's own
+    signature (``P``, ``R_co``), bound like a method when it is one, with the
+    registration verbs and ``__wrapped__``."""
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R_co: ...
+
+    @property
+    def __wrapped__(self) -> Callable[P, R_co]: ...
+
+    def before(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Handle: ...
+
+    def after(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Handle: ...
+
+    def around(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Handle: ...
+
+    def on_error(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Handle: ...
+
+    @overload
+    def __get__(self, obj: None, owner: type[Any] | None = None, /) -> Self: ...
+    @overload
+    def __get__(self: HookableCallable[Concatenate[S, Q], R], obj: S,
+                owner: type[Any] | None = None, /) -> Callable[Q, R]: ...
+
+
+class _HookableDecorator(Protocol):
+    """``@hookable("loss")``: the decorator it returns."""
+
+    @overload
+    def __call__(self, fn: classmethod[T, P, R], /) -> classmethod[T, P, R]: ...
+    @overload
+    def __call__(self, fn: staticmethod[P, R], /) -> staticmethod[P, R]: ...  # type: ignore[overload-overlap]
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> HookableCallable[P, R]: ...
+
 
 
 def _registration_verbs(jp: Any) -> dict[str, Callable[..., Handle]]:
@@ -52,10 +106,7 @@ def _registration_verbs(jp: Any) -> dict[str, Callable[..., Handle]]:
     }
 
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-class HookableWrapper(wrapt.FunctionWrapper):  # type: ignore[misc]
+class HookableWrapper(wrapt.FunctionWrapper[..., Any]):
     """A join point around a callable that is not a plain function."""
 
     def __init__(self, wrapped: Any, join_point: Any) -> None:
@@ -94,13 +145,17 @@ class HookableWrapper(wrapt.FunctionWrapper):  # type: ignore[misc]
 
     def __reduce_ex__(self, protocol: SupportsIndex) -> str:
         # wrapt refuses to pickle proxies; a module-level join point pickles by name.
-        return self.__qualname__  # type: ignore[no-any-return]
+        return str(self.__qualname__)
 
 
 @overload
-def hookable(fn: F, /) -> F: ...
+def hookable(fn: classmethod[T, P, R], /) -> classmethod[T, P, R]: ...
 @overload
-def hookable(event: str | None = None, /) -> Callable[[F], F]: ...
+def hookable(fn: staticmethod[P, R], /) -> staticmethod[P, R]: ...  # type: ignore[overload-overlap]
+@overload
+def hookable(fn: Callable[P, R], /) -> HookableCallable[P, R]: ...
+@overload
+def hookable(event: str | None = None, /) -> _HookableDecorator: ...
 
 
 def hookable(fn: Any = None, /) -> Any:

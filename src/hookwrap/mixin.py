@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ._classes import ClassCallbacksAttribute, declared_callbacks, prepare_class
 from ._dispatch import STATE_KEY
@@ -58,9 +58,12 @@ class Hookable:
         super().__init_subclass__(**kwargs)
         prepare_class(cls)
 
-    @hookable("init")
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    if TYPE_CHECKING:  # checkers see a plain constructor
+        def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+    else:
+        @hookable("init")
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
 
     def before(self, event: str, fn: Callable[..., Any] | None = None, /, **options: Any) -> Handle:
         """Run ``fn`` before join point ``event`` (``pre-<event>``) on this object only."""
