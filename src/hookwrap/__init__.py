@@ -18,6 +18,7 @@ from .errors import CallbackSignatureError
 from .errors import HookError
 from .errors import StopTraining
 from .errors import UnknownEventError
+from .hookable import HookableCallable
 from .hookable import hookable
 from .mixin import CallbackMixin
 from .mixin import Hookable
@@ -36,6 +37,7 @@ __all__ = [
     "Handle",
     "HookError",
     "Hookable",
+    "HookableCallable",
     "StopTraining",
     "USING_EXTENSION",
     "UnknownEventError",

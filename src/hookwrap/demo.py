@@ -36,7 +36,7 @@ def dispatch_name() -> str:
     return "compiled" if USING_EXTENSION else "pure Python"
 
 
-def _demo_trainer_class() -> type:
+def _demo_trainer_class() -> Any:
     from .examples.trainer import ExampleTrainer
 
     class DemoTrainer(ExampleTrainer):
@@ -44,6 +44,7 @@ def _demo_trainer_class() -> type:
 
         callbacks = [("pre-fit", _announce)]
         out: Callable[[str], Any] = print
+        history: list[dict[str, float]]
 
         def post_evaluate_callback(self, return_value):  # type: ignore[no-untyped-def]
             self.history.append(dict(return_value))
@@ -102,7 +103,7 @@ def run(epochs: int = 20, device: str = "cpu", hooks: bool = True, out: Callable
         return {"steps": plain.steps, "metrics": plain.metrics, "per_step": per_step}
 
     tmp = Path(workdir or tempfile.mkdtemp(prefix="hookwrap-demo-"))
-    trainer = make_run(device, trainer_class=_demo_trainer_class())
+    trainer: Any = make_run(device, trainer_class=_demo_trainer_class())
     trainer.out, trainer.history = out, []
     samples = {"seen": 0}
 

@@ -44,7 +44,7 @@ class StepTimer(ShippedCallback):
         if self.cuda:
             import torch
 
-            self._start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            self._start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call, unused-ignore]
             self._start.record()
         else:
             self._start = time.perf_counter()
@@ -55,7 +55,7 @@ class StepTimer(ShippedCallback):
             return
         import torch
 
-        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call, unused-ignore]
         end.record()
         self._pending.append((self._start, end))
         while self._pending and self._pending[0][1].query():  # completed ones only
