@@ -26,6 +26,11 @@ class Trainer(hw.Hookable):
     def compute_loss(self, batch: list[int]) -> int:
         return len(batch)
 
+    @hw.hookable
+    @classmethod
+    def build(cls, n: int) -> int:
+        return n
+
 @hw.hookable
 def train_step(model: str, batch: int) -> str:
     return model * batch
@@ -41,6 +46,7 @@ reveal_type(Trainer().step)
 reveal_type(train_step)
 reveal_type(train_step.__wrapped__)
 reveal_type(Trainer().compute_loss([1]))
+reveal_type(Trainer.build(2) + Trainer().build(3))
 description: hw.Description = hw.describe(Trainer)
 weaving: hw.WeaveHandle = hw.weave(Trainer, "compute_loss")
 Trainer().step("oops")
@@ -67,10 +73,12 @@ def test_join_points_keep_their_signature_and_gain_the_verbs(tmp_path):
         "hookwrap.hookable.HookableCallable[[model: builtins.str, batch: builtins.int], builtins.str]",
         "def (model: builtins.str, batch: builtins.int) -> builtins.str",
         "builtins.int",
+        "builtins.int",
     ] or revealed == [
         "def (batch: list[int], scale: float =) -> float",
         "hookwrap.hookable.HookableCallable[[model: str, batch: int], str]",
         "def (model: str, batch: int) -> str",
+        "int",
         "int",
     ], text
     # The one error is the sample's own: a wrong argument to a join point.

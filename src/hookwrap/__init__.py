@@ -19,6 +19,7 @@ from .errors import HookError
 from .errors import StopTraining
 from .errors import UnknownEventError
 from .hookable import HookableCallable
+from .hookable import HookableClassCallable
 from .hookable import hookable
 from .mixin import CallbackMixin
 from .mixin import Hookable
@@ -38,6 +39,7 @@ __all__ = [
     "HookError",
     "Hookable",
     "HookableCallable",
+    "HookableClassCallable",
     "StopTraining",
     "USING_EXTENSION",
     "UnknownEventError",

@@ -35,12 +35,13 @@ from ._registration import Handle, register
 from .errors import HookError
 from .events import PHASES
 
-__all__ = ["HookableCallable", "HookableWrapper", "hookable", "make_join_point"]
+__all__ = ["HookableCallable", "HookableClassCallable", "HookableWrapper", "hookable", "make_join_point"]
 
 P = ParamSpec("P")
 Q = ParamSpec("Q")
 R = TypeVar("R")
 R_co = TypeVar("R_co", covariant=True)
+T_co = TypeVar("T_co", covariant=True)
 S = TypeVar("S")
 T = TypeVar("T")
 
@@ -70,6 +71,13 @@ class HookableCallable(Protocol[P, R_co]):
                 owner: type[Any] | None = None, /) -> Callable[Q, R]: ...
 
 
+class HookableClassCallable(HookableCallable[Concatenate[type[T_co], P], R_co], Protocol[T_co, P, R_co]):
+    """``@hookable`` over ``@classmethod`` (mypy hands the decorator the function,
+    whose first parameter is the class): bound to the class however it is reached."""
+
+    def __get__(self, obj: Any, owner: type[Any] | None = None, /) -> Callable[P, R_co]: ...  # type: ignore[override]
+
+
 class _HookableDecorator(Protocol):
     """``@hookable("loss")``: the decorator it returns."""
 
@@ -77,6 +85,8 @@ class _HookableDecorator(Protocol):
     def __call__(self, fn: classmethod[T, P, R], /) -> classmethod[T, P, R]: ...
     @overload
     def __call__(self, fn: staticmethod[P, R], /) -> staticmethod[P, R]: ...  # type: ignore[overload-overlap]
+    @overload
+    def __call__(self, fn: Callable[Concatenate[type[T], P], R], /) -> HookableClassCallable[T, P, R]: ...
     @overload
     def __call__(self, fn: Callable[P, R], /) -> HookableCallable[P, R]: ...
 
@@ -152,6 +162,8 @@ class HookableWrapper(wrapt.FunctionWrapper[..., Any]):
 def hookable(fn: classmethod[T, P, R], /) -> classmethod[T, P, R]: ...
 @overload
 def hookable(fn: staticmethod[P, R], /) -> staticmethod[P, R]: ...  # type: ignore[overload-overlap]
+@overload
+def hookable(fn: Callable[Concatenate[type[T], P], R], /) -> HookableClassCallable[T, P, R]: ...
 @overload
 def hookable(fn: Callable[P, R], /) -> HookableCallable[P, R]: ...
 @overload
