@@ -62,3 +62,27 @@ def test_object_without_instance_callbacks_pickles_plainly(built):
     t = built.Trainer(lr=3)
     clone = pickle.loads(pickle.dumps(t))
     assert clone.compute_loss(1) == 4
+
+
+def test_pickling_a_lambda_callback_names_it_and_says_how_to_save(hw, built):
+    t = built.Trainer()
+    t.before("loss", lambda self, batch: batch * 10)
+    with pytest.raises(pickle.PicklingError) as raised:
+        pickle.dumps(t)
+    message = str(raised.value)
+    assert isinstance(raised.value, hw.CallbackPicklingError)
+    assert "<locals>.<lambda> (test_persistence.py:" in message
+    assert "for event 'pre-loss' is a lambda" in message
+    assert "torch.save(obj.state_dict(), path)" in message
+    t.callbacks.clear()  # as the message says: without the callback it saves
+    assert pickle.loads(pickle.dumps(t)).compute_loss(1) == pytest.approx(1.1)
+
+
+def test_pickling_a_local_function_callback_is_refused_too(hw, built):
+    def local(self, batch):
+        return batch
+
+    t = built.Trainer()
+    t.before("loss", local)
+    with pytest.raises(hw.CallbackPicklingError, match=r"is a function defined inside another function"):
+        pickle.dumps(t)

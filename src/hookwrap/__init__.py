@@ -13,6 +13,7 @@ from .callback import register_global_callback
 from .describe import Description
 from .describe import describe
 from .emit import emit
+from .errors import CallbackPicklingError
 from .errors import CallbackReturnError
 from .errors import CallbackSignatureError
 from .errors import HookError
@@ -32,6 +33,7 @@ from .weave import weave
 __all__ = [
     "Callback",
     "CallbackMixin",
+    "CallbackPicklingError",
     "CallbackReturnError",
     "CallbackSignatureError",
     "Description",

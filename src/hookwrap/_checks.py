@@ -4,8 +4,11 @@ the place and the fix."""
 
 from __future__ import annotations
 
+import functools
 import inspect
+import sys
 import weakref
+from types import FunctionType, MethodType
 from typing import Any, Iterable, Iterator
 
 from ._dispatch import AROUND, ERROR, POST, PRE
@@ -22,6 +25,7 @@ __all__ = [
     "check_event",
     "check_pair",
     "check_registration",
+    "pickle_problem",
     "planned_step",
 ]
 
@@ -107,3 +111,23 @@ def check_custom_callback(fn: Any, where: str, pass_obj: bool) -> None:
                 f"{where}: callback {callable_label(fn)} takes {'*' if p.kind == p.VAR_POSITIONAL else '**'}"
                 f"{p.name}; name the keywords it needs instead."
             )
+
+
+def pickle_problem(fn: Any) -> str | None:
+    """Why pickle cannot save ``fn`` (it saves a function by its module and name),
+    or None when it can, or cannot tell (a callable object: pickle decides)."""
+    if isinstance(fn, functools.partial):
+        return pickle_problem(fn.func)
+    if isinstance(fn, MethodType) or not isinstance(fn, FunctionType):
+        return None  # a bound method saves its object; other callables, themselves
+    qualname = fn.__qualname__
+    if "<lambda>" in qualname:
+        return "a lambda"
+    if "<locals>" in qualname:
+        return "a function defined inside another function"
+    found: Any = sys.modules.get(fn.__module__)
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    if found is not fn:
+        return f"not found as {fn.__module__}.{qualname}"
+    return None

@@ -17,16 +17,18 @@ Within a tier: registration order, ``prepend=True`` first, then ``before=`` /
 
 from __future__ import annotations
 
+import copy
 from types import FunctionType
 from typing import Any, Iterable, NamedTuple, cast
 
-from ._checks import check_custom_callback, check_entry, check_event, planned_step
+from ._checks import check_custom_callback, check_entry, check_event, pickle_problem, planned_step
 from ._dispatch import STATE_KEY, HookState
 from ._joinpoints import spec_of
 from ._owners import GLOBAL, changed_class, class_record, lock
-from .errors import HookError
+from .errors import CallbackPicklingError, HookError
 from .events import CUSTOM, callback_method_event, normalize
 from .options import Registration, order_entries
+from .signature import callable_label
 
 __all__ = [
     "Entry",
@@ -285,8 +287,26 @@ class InstanceHooks(HookState):
             self.emit_cache.pop(event, None)
 
     def __reduce__(self) -> Any:
-        # The chain caches are rebuilt after unpickling or copying.
+        # Pickling (torch.save): each callback must be one pickle can save; say which
+        # is not, and how to save without it. The chain caches are rebuilt on load.
+        for entry in self.callbacks:
+            problem = pickle_problem(entry[1])
+            if problem is not None:
+                raise CallbackPicklingError(
+                    f"cannot pickle this {self.cls.__qualname__}: its callback "
+                    f"{callable_label(entry[1])} for event {entry[0]!r} is {problem}, which pickle "
+                    f"cannot save. Register a module-level function instead, remove the callback "
+                    f"before saving (handle.remove(), or obj.callbacks.clear()), or save the "
+                    f"weights alone: torch.save(obj.state_dict(), path)."
+                )
         return (InstanceHooks, (self.cls, list(self.callbacks)))
+
+    def __copy__(self) -> InstanceHooks:
+        return InstanceHooks(self.cls, self.callbacks)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> InstanceHooks:
+        # Copying is not pickling: a lambda callback is copied as it is.
+        return InstanceHooks(self.cls, copy.deepcopy(list(self.callbacks), memo))
 
 
 def instance_state(obj: Any, create: bool = True) -> InstanceHooks | None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import difflib
+import pickle
 from collections.abc import Iterable
 from typing import Any
 
 __all__ = [
+    "CallbackPicklingError",
     "CallbackReturnError",
     "CallbackSignatureError",
     "HookError",
@@ -30,6 +32,10 @@ class CallbackReturnError(HookError, TypeError):
 
 class UnknownEventError(HookError, LookupError):
     """An event name that matches no join point."""
+
+
+class CallbackPicklingError(HookError, pickle.PicklingError):
+    """An object is pickled (``torch.save``) with a callback pickle cannot save."""
 
 
 class StopTraining(Exception):
