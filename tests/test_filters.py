@@ -93,3 +93,49 @@ def test_unknown_option_is_a_type_error(hw):
     t = make(hw)
     with pytest.raises(TypeError, match="evrey"):
         t.after("step", lambda self: None, evrey=2)
+
+
+def test_rank_zero_only_fires_on_rank_zero_alone(hw, monkeypatch):
+    class Trainer(hw.Hookable):
+        @hw.hookable
+        def step(self, i):
+            return i
+
+    seen = []
+    t = Trainer()
+    t.after("step", lambda self, i: seen.append(i), rank_zero_only=True)
+    monkeypatch.delenv("RANK", raising=False)
+    t.step(1)  # not distributed: this process is rank 0
+    monkeypatch.setenv("RANK", "1")  # torchrun's rank, before the process group starts
+    t.step(2)
+    monkeypatch.setenv("RANK", "0")
+    t.step(3)
+    assert seen == [1, 3]
+    assert "[rank_zero_only=True]" in str(hw.describe(t, "post-step"))
+    with pytest.raises(hw.HookError, match=r"rank_zero_only='yes' must be True or False"):
+        t.after("step", lambda self: None, rank_zero_only="yes")
+
+
+def test_a_callback_class_can_be_rank_zero_only(hw, monkeypatch):
+    class Trainer(hw.Hookable):
+        @hw.hookable
+        def step(self):
+            pass
+
+    class Printer(hw.Callback):
+        rank_zero_only = True
+
+        def __init__(self):
+            self.calls = 0
+
+        def post_step(self, trainer):
+            self.calls += 1
+
+    printer = Printer()
+    t = Trainer()
+    t.add_callback(printer)
+    monkeypatch.setenv("RANK", "3")
+    t.step()
+    monkeypatch.setenv("RANK", "0")
+    t.step()
+    assert printer.calls == 1

@@ -27,6 +27,9 @@ class Callback:
     the callback globally for the duration of a ``with`` block."""
 
     _hookwrap_handle: Handle | None = None
+    # True: every event method fires only in the process of rank 0 (torch.distributed),
+    # as if registered with rank_zero_only=True. For callbacks that only print or write.
+    rank_zero_only: bool = False
 
     def event_methods(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:
         """The ``(event, callable)`` pairs this callback registers when attached to
@@ -110,13 +113,21 @@ def _resolve_names(cb: Callback, tp: type, where: str) -> list[Registration]:
         if phase == CUSTOM:
             if name not in custom:
                 raise _unknown(cb, attr, known, where)
-            registrations.append(Registration(name, method, None, (phase, name)))
+            registrations.append(Registration(name, method, _options_of(cb, where), (phase, name)))
         else:
             jp = jps.get(normalize(name))
             if jp is None:
                 raise _unknown(cb, attr, known, where)
-            registrations.append(Registration(f"{phase}-{jp.event}", method, None, (phase, jp.event)))
+            registrations.append(Registration(f"{phase}-{jp.event}", method, _options_of(cb, where),
+                                              (phase, jp.event)))
     return registrations
+
+
+def _options_of(cb: Callback, where: str, **options: Any) -> Options | None:
+    """A registration's options for one of ``cb``'s methods (each its own filter state)."""
+    if cb.rank_zero_only:
+        options["rank_zero_only"] = True
+    return make_options(where, **options)
 
 
 def _global_registration(event: Any, fn: Any, options: Options | None, where: str) -> Registration:
@@ -133,7 +144,7 @@ def register_global_callback(cb: Any, **options: Any) -> Handle:
         known_jps = {normalize(jp.event): jp for jp in all_join_points()}
         known = [f"{p}-{jp.event}" for jp in known_jps.values() for p in PHASES]
         for event, method in cb.event_methods(None):
-            registration = _global_registration(event, method, opts, where)
+            registration = _global_registration(event, method, _options_of(cb, where, **options), where)
             if registration.phase != CUSTOM and registration.name not in known_jps:
                 raise _unknown(cb, event.replace("-", "_"), known, f"{where}({type(cb).__qualname__})")
             registrations.append(registration)

@@ -1,14 +1,27 @@
-"""Registration options: filters (``every``, ``once``, ``when``) and ordering
-(``prepend``, ``before=``, ``after=``), all checked when a callback is registered."""
+"""Registration options: filters (``every``, ``once``, ``when``, ``rank_zero_only``)
+and ordering (``prepend``, ``before=``, ``after=``), all checked when a callback is
+registered."""
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any, Callable, Iterable, Sequence
 
 from .errors import HookError
 from .events import CUSTOM, normalize, parse_event
 
-__all__ = ["Gate", "Options", "Registration", "make_options", "order_entries"]
+__all__ = ["Gate", "Options", "Registration", "make_options", "order_entries", "process_rank"]
+
+
+def process_rank() -> tuple[int, bool]:
+    """This process's rank, and whether it is final: torch.distributed's once its
+    process group is initialised; before that, torchrun's ``RANK`` (else 0). Never
+    imports torch (``import hookwrap`` stays light)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), True
+    return int(os.environ.get("RANK") or 0), False
 
 
 class Gate:
@@ -16,21 +29,33 @@ class Gate:
 
     A call counts only when ``when(obj)`` is true (or there is no ``when``); the
     callback fires on counted calls N, 2N, ... for ``every=N``, and only on the
-    first of them for ``once=True``.
+    first of them for ``once=True``. With ``rank_zero_only``, it fires only in the
+    process of rank 0 (torch.distributed): elsewhere nothing counts.
     """
 
-    __slots__ = ("every", "once", "when", "count", "spent")
+    __slots__ = ("every", "once", "when", "rank_zero_only", "count", "spent", "rank")
 
-    def __init__(self, every: int | None, once: bool, when: Callable[[Any], Any] | None) -> None:
+    def __init__(self, every: int | None, once: bool, when: Callable[[Any], Any] | None,
+                 rank_zero_only: bool = False) -> None:
         self.every = every
         self.once = once
         self.when = when
+        self.rank_zero_only = rank_zero_only
         self.count = 0
         self.spent = False
+        self.rank: int | None = None  # kept once the process group says it
 
     def admit(self, obj: Any) -> bool:
         if self.spent:
             return False
+        if self.rank_zero_only:
+            rank = self.rank
+            if rank is None:
+                rank, final = process_rank()
+                if final:
+                    self.rank = rank
+            if rank != 0:
+                return False
         if self.when is not None and not self.when(obj):
             return False
         self.count += 1
@@ -40,6 +65,14 @@ class Gate:
             self.spent = True
         return True
 
+    def __getstate__(self) -> Any:
+        # A loaded gate finds its rank again: it may be loaded in another process.
+        return (self.every, self.once, self.when, self.rank_zero_only, self.count, self.spent)
+
+    def __setstate__(self, state: Any) -> None:
+        self.every, self.once, self.when, self.rank_zero_only, self.count, self.spent = state
+        self.rank = None
+
     def __repr__(self) -> str:
         parts = []
         if self.every is not None:
@@ -48,6 +81,8 @@ class Gate:
             parts.append("once=True")
         if self.when is not None:
             parts.append(f"when={getattr(self.when, '__name__', self.when)!r}")
+        if self.rank_zero_only:
+            parts.append("rank_zero_only=True")
         return ", ".join(parts)
 
 
@@ -70,14 +105,18 @@ class Options:
 
 def make_options(where: str, *, prepend: bool = False, before: Any = (), after: Any = (),
                  every: int | None = None, once: bool = False,
-                 when: Callable[[Any], Any] | None = None) -> Options | None:
+                 when: Callable[[Any], Any] | None = None,
+                 rank_zero_only: bool = False) -> Options | None:
     """Check registration options; ``None`` when all are at their defaults."""
     if every is not None and (not isinstance(every, int) or isinstance(every, bool) or every < 1):
         raise HookError(f"{where}: every={every!r} must be a whole number >= 1 (fire on calls N, 2N, ...).")
     if when is not None and not callable(when):
         raise HookError(f"{where}: when={when!r} must be a predicate taking the hooked object.")
     before_t, after_t = _refs(before), _refs(after)
-    gate = Gate(every, bool(once), when) if (every is not None or once or when is not None) else None
+    if not isinstance(rank_zero_only, bool):
+        raise HookError(f"{where}: rank_zero_only={rank_zero_only!r} must be True or False.")
+    filtered = every is not None or once or when is not None or rank_zero_only
+    gate = Gate(every, bool(once), when, rank_zero_only) if filtered else None
     if not (prepend or before_t or after_t or gate):
         return None
     return Options(bool(prepend), before_t, after_t, gate)

@@ -17,6 +17,7 @@ from ..callback import Callback
 from ..errors import HookError, UnknownEventError, closest
 from ..events import normalize
 from .._joinpoints import all_join_points, find_join_point, spec_of
+from ..options import process_rank
 from ..signature import JoinPointSpec
 
 __all__ = ["CountingCallback", "DefaultEvent", "Reader", "ShippedCallback", "Source", "from_object", "is_rank_zero", "to_float"]
@@ -214,10 +215,8 @@ def to_float(value: Any) -> float:
 
 
 def is_rank_zero() -> bool:
-    """True unless torch.distributed is running and this process is not rank 0."""
-    import torch.distributed as dist
-
-    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+    """True unless this process is a torch.distributed rank other than 0."""
+    return process_rank()[0] == 0
 
 
 def from_object(obj: Any, value: Any, what: str, where: str) -> Any:

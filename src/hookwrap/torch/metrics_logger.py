@@ -31,8 +31,11 @@ class MetricsLogger(CountingCallback):
     default) writes one beside the CSV when the ``tensorboard`` package is installed,
     ``False`` never does. Rows are flushed after each epoch and the files closed when
     ``fit_event`` returns. A resumed run (``load_callback_state``) appends. Under
-    torch.distributed only rank 0 writes.
+    torch.distributed only rank 0 writes (``rank_zero_only``); elsewhere ``log()``
+    drops its values without reading them back from the device.
     """
+
+    rank_zero_only = True
 
     def __init__(self, path: str | os.PathLike[str], *, every: int = 1,
                  loss_event: str | None = DefaultEvent("loss"),
@@ -80,6 +83,8 @@ class MetricsLogger(CountingCallback):
 
     def log(self, name: str, value: Any, step: int | None = None) -> None:
         """Record one value (written at the next flush)."""
+        if not is_rank_zero():  # another callback's value, on a rank that never flushes
+            return
         self.rows.append((self.step if step is None else step, name, to_float(value)))
 
     def record_loss(self, obj: Any, value: Any) -> None:
@@ -96,7 +101,7 @@ class MetricsLogger(CountingCallback):
 
     def flush(self, obj: Any = None) -> None:
         rows, self.rows = self.rows, []
-        if not rows or not is_rank_zero():
+        if not rows:
             return
         if self._file is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)

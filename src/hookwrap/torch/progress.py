@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Callable
 
-from ._attach import DefaultEvent, Reader, ShippedCallback, is_rank_zero, to_float
+from ._attach import DefaultEvent, Reader, ShippedCallback, to_float
 
 __all__ = ["ProgressBar"]
 
@@ -17,9 +17,11 @@ class ProgressBar(ShippedCallback):
 
     The loss is read back from the device only every ``postfix_every`` steps, so the
     bar does not synchronize CUDA each step. ``total`` is the number of steps per
-    epoch, when known. Under torch.distributed the bar shows on rank 0 only. Other
-    keywords go to ``tqdm`` (``file=``, ``ncols=``, ...).
+    epoch, when known. Under torch.distributed the bar shows on rank 0 only
+    (``rank_zero_only``). Other keywords go to ``tqdm`` (``file=``, ``ncols=``, ...).
     """
+
+    rank_zero_only = True
 
     def __init__(self, total: int | None = None, *, postfix_every: int = 10,
                  epoch_event: str = "epoch", step_event: str = "step",
@@ -61,7 +63,7 @@ class ProgressBar(ShippedCallback):
         self.close(obj)
         self.epochs += 1
         kwargs = {"desc": f"epoch {self.epochs}", "total": self.total, "leave": True,
-                  "dynamic_ncols": True, "disable": not is_rank_zero(), **self.tqdm_kwargs}
+                  "dynamic_ncols": True, **self.tqdm_kwargs}
         self.bar = tqdm(**kwargs)
         if self.metrics:
             self.bar.set_postfix(self.metrics, refresh=False)

@@ -1,0 +1,43 @@
+"""torch.distributed: two CPU processes on the gloo backend, a DDP model in a
+hookable loop (tests/_distributed_worker.py). Callbacks fire on every rank; a
+``rank_zero_only=True`` registration and the shipped callbacks that print or write
+act on rank 0 alone; a slow rank-0 callback deadlocks nobody; all shut down."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="needs the torch extra")
+dist = pytest.importorskip("torch.distributed")
+if not dist.is_available() or not dist.is_gloo_available():
+    pytest.skip("this torch has no gloo backend", allow_module_level=True)
+
+from tests import _distributed_worker  # noqa: E402
+
+WORLD = 2
+DEADLINE_S = 180
+
+
+def test_callbacks_on_every_rank_and_on_rank_zero_only(hw, tmp_path):
+    flag = "" if hw.USING_EXTENSION else "1"
+    context = torch.multiprocessing.start_processes(
+        _distributed_worker.run, args=(WORLD, str(tmp_path / "init"), str(tmp_path), flag),
+        nprocs=WORLD, join=False, start_method="spawn")
+    deadline = time.monotonic() + DEADLINE_S
+    while not context.join(timeout=1):
+        if time.monotonic() > deadline:
+            for process in context.processes:
+                process.kill()
+            pytest.fail(f"the {WORLD} ranks did not finish within {DEADLINE_S} s (a deadlock?)")
+    results = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(WORLD)]
+    assert all(r["compiled"] == hw.USING_EXTENSION for r in results)
+    assert [r["counts"]["every rank"] for r in results] == [10, 10]
+    assert [r["counts"]["rank zero only"] for r in results] == [10, 0]
+    assert results[0]["weight"] == pytest.approx(results[1]["weight"])  # DDP kept them in step
+    assert "epoch 2: 100%" in (tmp_path / "bar-0.txt").read_text()
+    assert (tmp_path / "bar-1.txt").read_text() == ""
+    assert (tmp_path / "metrics-0.csv").read_text().startswith("step,name,value\n")
+    assert not (tmp_path / "metrics-1.csv").exists()
