@@ -220,3 +220,36 @@ def test_instance_without_dict(hw):
         hw.before(Slotted(), "step", lambda self: None)
     with hw.before(Slotted, "step", lambda self: None):
         Slotted().step()
+
+
+def test_add_callback_takes_registration_options(hw):
+    class Trainer(hw.Hookable):
+        @hw.hookable
+        def step(self, i):
+            return i
+
+        @hw.hookable
+        def evaluate(self):
+            return 0
+
+    class Recorder(hw.Callback):
+        def __init__(self):
+            self.steps, self.evaluations = [], 0
+
+        def post_step(self, trainer, i):
+            self.steps.append(i)
+
+        def post_evaluate(self, trainer):
+            self.evaluations += 1
+
+    t, recorder = Trainer(), Recorder()
+    handle = t.add_callback(recorder, every=2)
+    for i in range(1, 6):
+        t.step(i)
+        t.evaluate()
+    assert recorder.steps == [2, 4]  # each event method counts its own calls
+    assert recorder.evaluations == 2
+    handle.remove()
+    with pytest.raises(hw.HookError, match=r"every=0 must be a whole number >= 1"):
+        t.add_callback(Recorder(), every=0)
+    assert hw.describe(t, "post-step").chains["post-step"] == []

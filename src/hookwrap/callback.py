@@ -93,16 +93,18 @@ def _unknown(cb: Callback, attr: str, known_events: list[str], where: str) -> Un
     )
 
 
-def add_callback(obj: Any, cb: Callback) -> Handle:
-    """Register each event method of ``cb`` on one object; one handle removes them all."""
+def add_callback(obj: Any, cb: Callback, /, **options: Any) -> Handle:
+    """Register each event method of ``cb`` on one object, each with the registration
+    ``options`` (its own filter state); one handle removes them all."""
     where = f"add_callback({type(cb).__qualname__})"
     if not isinstance(cb, Callback):
         raise TypeError(f"{where}: expected a hookwrap.Callback instance, got {type(cb).__qualname__}.")
+    make_options(where, **options)  # a bad option fails before anything is registered
     tp = obj if isinstance(obj, type) else type(obj)
-    return register_entries(obj, _resolve_names(cb, tp, where), where)
+    return register_entries(obj, _resolve_names(cb, tp, where, options), where)
 
 
-def _resolve_names(cb: Callback, tp: type, where: str) -> list[Registration]:
+def _resolve_names(cb: Callback, tp: type, where: str, options: dict[str, Any]) -> list[Registration]:
     jps = join_points(tp)
     custom = declared_custom_events(tp)
     known = [f"{p}-{jp.event}" for jp in jps.values() for p in PHASES] + sorted(custom)
@@ -113,12 +115,12 @@ def _resolve_names(cb: Callback, tp: type, where: str) -> list[Registration]:
         if phase == CUSTOM:
             if name not in custom:
                 raise _unknown(cb, attr, known, where)
-            registrations.append(Registration(name, method, _options_of(cb, where), (phase, name)))
+            registrations.append(Registration(name, method, _options_of(cb, where, **options), (phase, name)))
         else:
             jp = jps.get(normalize(name))
             if jp is None:
                 raise _unknown(cb, attr, known, where)
-            registrations.append(Registration(f"{phase}-{jp.event}", method, _options_of(cb, where),
+            registrations.append(Registration(f"{phase}-{jp.event}", method, _options_of(cb, where, **options),
                                               (phase, jp.event)))
     return registrations
 

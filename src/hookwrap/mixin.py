@@ -90,9 +90,10 @@ class Hookable:
         """Fire custom event ``name`` (declared in ``emits``) with keyword arguments."""
         emit(self, name, **kwargs)
 
-    def add_callback(self, callback: Callback) -> Handle:
-        """Register each event method of a ``hookwrap.Callback`` on this object."""
-        return add_callback(self, callback)
+    def add_callback(self, callback: Callback, /, **options: Any) -> Handle:
+        """Register each event method of a ``hookwrap.Callback`` on this object, each
+        with the registration ``options`` (``every=10``, ``rank_zero_only=True``, ...)."""
+        return add_callback(self, callback, **options)
 
     def __copy__(self) -> Any:
         # A shallow copy gets its own instance callbacks list (same entries), so
