@@ -95,3 +95,82 @@ def test_threads_registering_while_others_dispatch(hw):
     # Per thread, the order of registration is kept.
     for k in range(4):
         assert [i for kk, i in seen if kk == k] == list(range(0, 100, 2))
+
+
+def test_a_callback_raising_mid_chain_leaves_everything_usable(hw):
+    Trainer = make(hw)
+    t = Trainer()
+
+    def first(self, log):
+        log.append("first")
+        return log
+
+    def broken(self, log):
+        raise RuntimeError("callback failed")
+
+    def last(self, log):
+        log.append("last")
+        return log
+
+    t.before("step", first)
+    bad = t.before("step", broken)
+    t.before("step", last)
+    hw.after(Trainer, "step", lambda self, return_value: return_value)
+    for _ in range(3):  # the same failure each time: nothing half-applied stays behind
+        log: list[str] = []
+        try:
+            t.step(log)
+        except RuntimeError as exc:
+            assert "callback failed" in str(exc)
+        assert log == ["first"]
+    bad.remove()
+    assert t.step([]) == ["first", "last"]
+    assert Trainer().step([]) == []  # other objects were never affected
+
+
+def test_scoped_registrations_in_threads_run_exactly_once_each(hw):
+    """Each thread registers on its own object inside a with-block and calls once,
+    while another thread churns class-tier registrations (invalidating chains):
+    every callback runs exactly once, on its own object, and all threads finish."""
+    Trainer = make(hw)
+    calls: dict[tuple[int, int], int] = {}
+    lock = threading.Lock()
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def worker(k: int) -> None:
+        try:
+            t = Trainer()
+            for i in range(200):
+                def callback(self, log, key=(k, i)):
+                    with lock:
+                        calls[key] = calls.get(key, 0) + 1
+                    log.append(key)
+                    return log
+
+                with t.before("step", callback):
+                    seen = t.step([])
+                assert seen == [(k, i)], seen  # its own callback alone, once
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    def churn() -> None:
+        try:
+            while not stop.is_set():
+                with hw.before(Trainer, "step", lambda self: None):
+                    pass
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    churner = threading.Thread(target=churn)
+    churner.start()
+    for th in workers:
+        th.start()
+    for th in workers:
+        th.join(timeout=60)
+    stop.set()
+    churner.join(timeout=60)
+    assert not any(th.is_alive() for th in workers + [churner]), "a thread did not finish"
+    assert errors == []
+    assert calls == {(k, i): 1 for k in range(4) for i in range(200)}
