@@ -182,3 +182,23 @@ def test_weave_already_imported_module(hw):
         assert module.f(4) == 4
     finally:
         del sys.modules["already_here"]
+
+
+def test_a_subclass_overriding_a_woven_method_is_named_at_registration(hw):
+    class Library:
+        def step(self, batch):
+            return batch + 1
+
+    class Override(Library):  # the library's own subclass, written before the weave
+        def step(self, batch):
+            return super().step(batch) * 2
+
+    with hw.weave(Library, "step"):
+        hw.before(Library(), "step", lambda self, batch: batch)  # the woven class itself: fine
+        with pytest.raises(hw.HookError, match=r"Override overrides step\(\) of .*Library.*hookwrap.weave\(.*Override, 'step'\)"):
+            hw.before(Override(), "step", lambda self, batch: batch)
+        with hw.weave(Override, "step"):  # as the message says
+            obj = Override()
+            hw.before(obj, "step", lambda self, batch: batch * 10)
+            assert obj.step(1) == 22
+    assert Override().step(1) == 4

@@ -12,7 +12,7 @@ from types import FunctionType, MethodType
 from typing import Any, Iterable, Iterator
 
 from ._dispatch import AROUND, ERROR, POST, PRE
-from ._joinpoints import declared_custom_events, find_join_point, known_events, spec_of
+from ._joinpoints import declared_custom_events, find_join_point, fires, known_events, spec_of
 from .errors import HookError, UnknownEventError, closest
 from .events import CUSTOM, parse_event
 from .options import Registration
@@ -46,7 +46,17 @@ def check_pair(item: Any, where: str, known: Iterable[str] = ()) -> Registration
 def check_event(tp: type, phase: str, name: str, where: str) -> Any:
     """Check that ``tp`` has this event; returns its join point (None for custom events)."""
     if phase != CUSTOM:
-        return find_join_point(tp, name, where)
+        jp = find_join_point(tp, name, where)
+        if not fires(jp, tp):
+            # A class that overrides a woven method with a plain one (a Hookable
+            # subclass's overrides stay hookable): its calls never reach the join point.
+            owner = jp.owner.__qualname__ if jp.owner is not None else "its base"
+            raise HookError(
+                f"{where}: {tp.__qualname__} overrides {jp.attr_name}() of {owner}, where it was "
+                f"made hookable, so callbacks of {name!r} would never run for it. Weave the "
+                f"override too: hookwrap.weave({tp.__qualname__}, {jp.attr_name!r})."
+            )
+        return jp
     if name not in declared_custom_events(tp):
         raise UnknownEventError(
             f"{where}: {tp.__qualname__} declares no custom event {name!r}."
