@@ -36,6 +36,7 @@ __all__ = [
     "changed_global",
     "class_record",
     "discard_class_record",
+    "drop_chains",
     "function_record",
     "lock",
     "with_subclasses",
@@ -58,13 +59,18 @@ class Record:
         self.chains: dict[Any, Any] = {}  # join point -> Chain
 
     def drop_chains(self, event: str | None) -> None:
-        """Invalidate and drop the chains of ``event`` (normalized; None: all)."""
-        for jp, chain in list(self.chains.items()):
-            if event is None or normalize(jp.event) == event:
-                chain.valid = False
-                del self.chains[jp]
-                if jp.owner is None:  # a function: its last chain is this one
-                    jp.forget_last_chain()
+        for jp in drop_chains(self.chains, event):
+            if jp.owner is None:  # a function: its last chain is this one
+                jp.forget_last_chain()
+
+
+def drop_chains(chains: dict[Any, Any], event: str | None) -> list[Any]:
+    """Invalidate and drop the chains (join point -> Chain) of ``event`` (normalized;
+    None: all); returns their join points."""
+    dropped = [jp for jp in chains if event is None or normalize(jp.event) == event]
+    for jp in dropped:
+        chains.pop(jp).valid = False
+    return dropped
 
 
 class ClassRecord(Record):

@@ -24,9 +24,9 @@ from typing import Any, Iterable, NamedTuple, cast
 from ._checks import check_custom_callback, check_entry, check_event, pickle_problem, planned_step
 from ._dispatch import STATE_KEY, HookState
 from ._joinpoints import spec_of
-from ._owners import GLOBAL, changed_class, class_record, lock
+from ._owners import GLOBAL, changed_class, class_record, drop_chains, lock
 from .errors import CallbackPicklingError, HookError
-from .events import CUSTOM, callback_method_event, normalize
+from .events import CUSTOM, callback_method_event
 from .options import Registration, order_entries
 from .signature import callable_label
 
@@ -277,10 +277,7 @@ class InstanceHooks(HookState):
 
     def drop(self, event: str | None) -> None:
         """Invalidate and drop this instance's chains of ``event`` (None: all)."""
-        for jp, chain in list(self.chains.items()):
-            if event is None or normalize(jp.event) == event:
-                chain.valid = False
-                del self.chains[jp]
+        drop_chains(self.chains, event)
         if event is None:
             self.emit_cache.clear()
         else:
