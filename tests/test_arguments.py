@@ -309,3 +309,30 @@ def test_keyword_passed_callback_parameters_on_every_path(hw):
     assert t.compute_loss(1, 2.0) == 4.0
     assert t.compute_loss(1, scale=3.0) == 6.0
     assert seen == [2.0, 3.0]
+
+
+def test_a_callback_signature_is_read_once_per_code_object(hw, monkeypatch):
+    import inspect
+
+    class Trainer(hw.Hookable):
+        @hw.hookable
+        def step(self, batch, lr=0.1):
+            return batch
+
+    t = Trainer()
+    t.step(1)
+    reads = []
+    real = inspect.signature
+
+    def counting(fn, *args, **kwargs):
+        reads.append(getattr(fn, "__qualname__", fn))
+        return real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(inspect, "signature", counting)
+    for i in range(50):  # a new closure each time, over one `def`
+        def scaled(self, batch, factor=i):
+            return batch * factor if factor else batch
+
+        with t.before("step", scaled):
+            assert t.step(2) == (2 * i if i else 2)
+    assert sum("scaled" in str(r) for r in reads) == 1  # the first registration only

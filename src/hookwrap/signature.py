@@ -4,11 +4,18 @@ A join point's parameters are read with ``inspect`` once (:class:`JoinPointSpec`
 each callback's parameters are matched to them by name when it is registered
 (:func:`plan_step`), giving a dispatch ``Step`` that the per-call code follows
 without looking at a signature again.
+
+A callback's parameters are read once per code object (``callback_parameters``):
+a callback registered and removed in a loop, or a new closure over the same
+``def``, is not read with ``inspect`` again.
 """
 
 from __future__ import annotations
 
 import inspect
+import threading
+import weakref
+from types import CodeType, FunctionType, MethodType
 from typing import Any, Callable
 
 from ._dispatch import (
@@ -31,7 +38,7 @@ from ._dispatch import (
 )
 from .errors import CallbackSignatureError
 
-__all__ = ["JoinPointSpec", "callable_label", "plan_step"]
+__all__ = ["JoinPointSpec", "callable_label", "callback_parameters", "plan_step"]
 
 _P = inspect.Parameter
 _KINDS = {
@@ -98,6 +105,46 @@ class JoinPointSpec:
         return ", ".join(names) if names else "(none)"
 
 
+# code object -> {defaults shape: parameters}. Weakly keyed: a code object made at
+# run time (exec) goes with its functions. The parameters keep only what a plan
+# reads (name, kind, whether there is a default), never a default value itself.
+_parameters_by_code: weakref.WeakKeyDictionary[CodeType, dict[Any, list[inspect.Parameter]]] = (
+    weakref.WeakKeyDictionary()
+)
+_parameters_lock = threading.Lock()
+_HAS_DEFAULT = object()
+
+
+def _plain(fn: Any) -> bool:
+    """A function whose signature its code object tells (no __wrapped__/__signature__)."""
+    return type(fn) is FunctionType and "__wrapped__" not in fn.__dict__ \
+        and "__signature__" not in fn.__dict__
+
+
+def callback_parameters(fn: Any) -> list[inspect.Parameter]:
+    """``fn``'s parameters as ``inspect.signature`` gives them, read once per code
+    object for plain functions and methods bound to them (defaults: a marker)."""
+    if type(fn) is MethodType and _plain(fn.__func__):
+        params = callback_parameters(fn.__func__)
+        if params and params[0].kind in (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD):
+            return params[1:]  # what binding takes, as inspect does
+        return params
+    if not _plain(fn):
+        return list(inspect.signature(fn).parameters.values())
+    shape = (len(fn.__defaults__ or ()), tuple(fn.__kwdefaults__ or ()))
+    with _parameters_lock:
+        known = _parameters_by_code.get(fn.__code__)
+        cached = known.get(shape) if known is not None else None
+    if cached is not None:
+        return list(cached)
+    params = [p.replace(default=_HAS_DEFAULT if p.default is not _P.empty else _P.empty,
+                        annotation=_P.empty)
+              for p in inspect.signature(fn).parameters.values()]
+    with _parameters_lock:
+        _parameters_by_code.setdefault(fn.__code__, {})[shape] = params
+    return list(params)
+
+
 def callable_label(fn: Any) -> str:
     """``module.qualname (file.py:12)``: how errors and notes name a callback."""
     target = getattr(fn, "__func__", fn)
@@ -120,7 +167,7 @@ def plan_step(fn: Callable[..., Any], phase: int, spec: JoinPointSpec, pass_obj:
     if not callable(fn):
         raise CallbackSignatureError(f"{where}: {fn!r} is not callable; register a function.")
     try:
-        params = list(inspect.signature(fn).parameters.values())
+        params = callback_parameters(fn)
     except (TypeError, ValueError) as exc:
         raise CallbackSignatureError(
             f"{where}: cannot read its signature ({exc}); wrap it in a `def` that names "
