@@ -5,7 +5,6 @@ the place and the fix."""
 from __future__ import annotations
 
 import functools
-import inspect
 import sys
 import weakref
 from types import FunctionType, MethodType
@@ -16,7 +15,7 @@ from ._joinpoints import declared_custom_events, find_join_point, fires, known_e
 from .errors import HookError, UnknownEventError, closest
 from .events import CUSTOM, parse_event
 from .options import Registration
-from .signature import JoinPointSpec, callable_label, plan_step
+from .signature import JoinPointSpec, callable_label, callback_parameters, plan_step
 
 __all__ = [
     "PHASE_CODES",
@@ -107,7 +106,7 @@ def check_custom_callback(fn: Any, where: str, pass_obj: bool) -> None:
     if not callable(fn):
         raise HookError(f"{where}: {fn!r} is not callable; register a function.")
     try:
-        params = list(inspect.signature(fn).parameters.values())
+        params = callback_parameters(fn)
     except (TypeError, ValueError):
         return
     if pass_obj and not params:

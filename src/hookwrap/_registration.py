@@ -34,9 +34,20 @@ class Removable:
         self.remove()
 
 
-# Where a registration was stored: the list, the entry, and what to invalidate
-# when it leaves (None: the list does it, as an instance's does).
-Place = tuple[list[Any], Registration, Callable[[], None] | None]
+# What invalidates the caches a registration changes, called with it when it is
+# added and when it leaves (None: the list does it, as an instance's does).
+Changed = Callable[[Registration], None] | None
+# Where a registration was stored: the list, the entry, and its Changed.
+Place = tuple[list[Any], Registration, Changed]
+
+
+def _remove_identical(entries: list[Any], entry: Any) -> bool:
+    """Remove ``entry`` itself (not an equal pair) from ``entries``; False if absent."""
+    for i, e in enumerate(entries):
+        if e is entry:
+            del entries[i]
+            return True
+    return False
 
 
 class Handle(Removable):
@@ -64,12 +75,8 @@ class Handle(Removable):
     def remove(self) -> None:
         with lock:
             for entries, entry, changed in self._places:
-                for i, e in enumerate(entries):
-                    if e is entry:
-                        del entries[i]
-                        if changed is not None:
-                            changed()
-                        break
+                if _remove_identical(entries, entry) and changed is not None:
+                    changed(entry)
 
     def __repr__(self) -> str:
         state = "active" if self.active else ("pending" if self._register else "removed")
@@ -77,11 +84,9 @@ class Handle(Removable):
         return f"<hookwrap.Handle {events or '-'} {state}>"
 
 
-def _add(entries: list[Any], new: list[Registration],
-         changed: Callable[[Registration], Callable[[], None]] | None) -> Handle:
+def _add(entries: list[Any], new: list[Registration], changed: Changed) -> Handle:
     """Append entries (under the lock); check their ordering; invalidate what they
-    change; return their handle. ``changed(entry)``: what to call when ``entry``
-    is added or removed (None: ``entries`` does it itself)."""
+    change; return their handle."""
     with lock:
         entries.extend(new)
         try:
@@ -89,18 +94,12 @@ def _add(entries: list[Any], new: list[Registration],
                 order_entries([e for e in entries if e[0] == event])  # raises on a cycle
         except HookError:
             for e in new:
-                for i, old in enumerate(entries):
-                    if old is e:
-                        del entries[i]
-                        break
+                _remove_identical(entries, e)
             raise
-        places: list[Place] = []
-        for entry in new:
-            on_change = changed(entry) if changed is not None else None
-            if on_change is not None:
-                on_change()
-            places.append((entries, entry, on_change))
-    return Handle(places)
+        if changed is not None:
+            for entry in new:
+                changed(entry)
+    return Handle([(entries, entry, changed) for entry in new])
 
 
 def _target_label(target: Any) -> str:
@@ -142,7 +141,7 @@ def register_entries(target: Any, registrations: list[Registration], where: str)
                 raise _unknown_in_function(jp, registration, where)
             planned_step(registration, spec)
         return _add(function_record(jp).registrations, registrations,
-                    lambda _: lambda: changed_function(jp))
+                    lambda _: changed_function(jp))
     if jp is not None:  # a method join point: its class
         target = jp.owner
     if isinstance(target, type):
@@ -152,7 +151,7 @@ def register_entries(target: Any, registrations: list[Registration], where: str)
         record = class_record(cls)
         assert record is not None
         return _add(record.registrations, registrations,
-                    lambda entry: lambda: changed_class(cls, entry.name))
+                    lambda entry: changed_class(cls, entry.name))
     state = instance_state(target)
     assert state is not None
     return _add(state.callbacks, registrations, None)
@@ -197,5 +196,4 @@ def register_global(registrations: list[Registration], where: str) -> Handle:
             )
         for jp in matching:
             planned_step(registration, spec_of(jp))
-    return _add(GLOBAL.registrations, registrations,
-                lambda entry: lambda: changed_global(entry.name))
+    return _add(GLOBAL.registrations, registrations, lambda entry: changed_global(entry.name))

@@ -340,12 +340,11 @@ def _ordered(entries: list[Entry]) -> list[Entry]:
 def entries_for(event: str, custom: bool, tp: Any, jp: Any, state: Any) -> list[Entry]:
     """Every entry of ``event`` (a custom event if ``custom``) for one object, class or
     function, tier by tier, in order."""
-    def pick(registrations: Iterable[Registration], source: Source) -> list[Entry]:
-        return _ordered([_entry(r, source) for r in registrations
-                         if r.name == event and (r.phase == CUSTOM) == custom])
-
     def pick_entries(entries: Iterable[Entry]) -> list[Entry]:
         return _ordered([e for e in entries if e.event == event and (e.phase == CUSTOM) == custom])
+
+    def pick(registrations: Iterable[Registration], source: Source) -> list[Entry]:
+        return pick_entries(_entry(r, source) for r in registrations)
 
     core = pick_entries(class_entries(tp)) if isinstance(tp, type) else []
     user: list[Entry] = []

@@ -5,7 +5,6 @@ every call)."""
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 from ._checks import check_event
@@ -13,7 +12,7 @@ from ._owners import class_record, lock
 from ._tiers import entries_for, instance_state
 from .errors import CallbackReturnError, HookError, callback_note
 from .events import CUSTOM
-from .signature import callable_label
+from .signature import callable_label, callback_parameters
 
 __all__ = ["emit"]
 
@@ -26,7 +25,7 @@ class _Listener:
         self.label = callable_label(fn)
         self.gate = gate
         try:
-            params = list(inspect.signature(fn).parameters.values())[1:]  # first: the emitter
+            params = callback_parameters(fn)[1:]  # first: the emitter
         except (TypeError, ValueError):
             params = []
         self.names = tuple(p.name for p in params)
