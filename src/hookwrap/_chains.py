@@ -17,17 +17,19 @@ hot cache, so a class nothing else uses is freed by that collection.
 from __future__ import annotations
 
 import gc
+import sys
 from typing import Any
 
 from ._checks import PHASE_CODES, planned_step
-from ._dispatch import AROUND, ERROR, FUNCTION, METHOD, POST, PRE, Chain
+from ._dispatch import AROUND, ERROR, FUNCTION, METHOD, POST, PRE, USING_EXTENSION, Chain
 from ._joinpoints import all_join_points, fires, spec_of
 from ._owners import class_record, function_record, lock
 from ._tiers import check_class_tier, entries_for
+from ._traced import attach_pure_copy, install, note_planned, traced_dispatch
 from .asyncrun import run_chain_async
 from .events import normalize
 
-__all__ = ["PLANNER", "Planner"]
+__all__ = ["PLANNER", "Planner", "keep_planning_out_of_traces"]
 
 
 def _build(jp: Any, tp: Any, state: Any, base: Any) -> Any:
@@ -39,14 +41,27 @@ def _build(jp: Any, tp: Any, state: Any, base: Any) -> Any:
         check_state = record is not None and record.stateful
     for entry in entries_for(normalize(jp.event), False, tp, jp, state):
         steps[PHASE_CODES[entry.phase]].append(planned_step(entry.registration, spec))
-    return Chain(tp, True, tuple(steps[PRE]), tuple(steps[POST]), tuple(steps[AROUND]),
-                 tuple(steps[ERROR]), check_state, base)
+    chain = Chain(tp, True, tuple(steps[PRE]), tuple(steps[POST]), tuple(steps[AROUND]),
+                  tuple(steps[ERROR]), check_state, base)
+    if USING_EXTENSION:
+        attach_pure_copy(chain)
+    keep_planning_out_of_traces()
+    note_planned(jp)
+    return chain
 
 
 class Planner:
     """What a JoinPoint asks for its chains (see the dispatch modules)."""
 
     run_async = staticmethod(run_chain_async)
+    traced_dispatch = staticmethod(traced_dispatch)  # the pure twin's, for torch.compile
+    untraced = False  # its entry points are kept out of torch.compile's traces
+
+    @staticmethod
+    def named(jp: Any, owner: type, name: str) -> None:
+        """A join point named in a class: on an nn.Module, see ``_traced``."""
+        keep_planning_out_of_traces()
+        install(jp, owner, name)
 
     @staticmethod
     def type_chain(jp: Any, tp: Any) -> Any:
@@ -66,6 +81,7 @@ class Planner:
                 chain = _build(jp, tp, None, None)
             else:
                 chain = Chain(tp, False, (), ())
+                note_planned(jp)
             record.chains[jp] = chain
             return chain
 
@@ -77,6 +93,23 @@ class Planner:
 
 
 PLANNER = Planner()
+
+
+def keep_planning_out_of_traces() -> None:
+    """Once torch is imported, wrap the planner's entry points in
+    ``torch.compiler.disable``: under torch.compile, Dynamo would otherwise
+    compile each Python frame of chain building (a lock, signatures, weak
+    references) that a dispatch reaches, one graph break after another. Only
+    a cache miss reaches the planner, so the wrapper costs a call nothing."""
+    compiler = getattr(sys.modules.get("torch"), "compiler", None)
+    if Planner.untraced or compiler is None:
+        return
+    for name in ("type_chain", "instance_chain"):
+        setattr(Planner, name, staticmethod(compiler.disable(getattr(Planner, name))))
+    Planner.untraced = True
+
+
+keep_planning_out_of_traces()  # torch imported first; else at a chain or a class
 
 
 def _release_hot_caches(phase: str, info: dict[str, Any]) -> None:

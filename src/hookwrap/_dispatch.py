@@ -17,7 +17,7 @@ __all__ = [
     "AROUND", "CLASSMETHOD", "ERROR", "EXCEPTION", "FUNCTION", "JOIN_POINT_ATTR", "KW_ONLY", "MAX_CALLBACK_ARGS", "METHOD", "MISSING",
     "NO_EXTENSIONS", "POST", "POS_ONLY", "POS_OR_KW", "PRE", "RETURN_VALUE", "STATE_KEY",
     "USING_EXTENSION", "VAR_KW", "VAR_POS", "ArgRef", "Chain", "HookState", "JoinPoint",
-    "Step", "as_attribute", "call_around", "join_point_of",
+    "Step", "as_attribute", "call_around", "join_point_of", "show_python_twins",
 ]
 
 NO_EXTENSIONS = bool(os.environ.get("HOOKWRAP_NO_EXTENSIONS")) or (
@@ -46,6 +46,7 @@ JoinPoint = impl.JoinPoint
 Step = impl.Step
 as_attribute = impl.as_attribute
 call_around = impl.call_around
+show_python_twins = impl._show_python_twins
 
 # Plain constants: identical in both implementations (a test checks it).
 from ._fast_py import (  # noqa: E402

@@ -48,8 +48,22 @@ cdef extern from *:
         t->tp_vectorcall_offset = offset;
         PyType_Modified(t);
     }
+
+    /* Put a Python function in a static type's dictionary without touching the
+       slot of that name: Python-level tools that read the dictionary (Dynamo,
+       which traces Python only) find the function; calls keep the C slot. */
+    static int hookwrap_set_type_dict_item(PyTypeObject *t, PyObject *name, PyObject *value) {
+        if (t->tp_dict == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "hookwrap: this type has no dictionary");
+            return -1;
+        }
+        if (PyDict_SetItem(t->tp_dict, name, value) < 0) return -1;
+        PyType_Modified(t);
+        return 0;
+    }
     """
     void hookwrap_enable_vectorcall(PyTypeObject *t, Py_ssize_t offset)
+    int hookwrap_set_type_dict_item(PyTypeObject *t, object name, object value) except -1
 
 cdef enum:
     C_FUNCTION = 0
@@ -282,6 +296,7 @@ cdef class Chain:
     cdef readonly bint empty
     cdef readonly bint check_state
     cdef readonly bint passthrough
+    cdef public object traced  # its pure twin, for torch.compile to trace (_traced)
     cdef _ShapePlan shape  # the plan for the last call shape seen (fast path)
     cdef dict shapes  # every call shape seen: (nargs, keyword names) -> plan
 
@@ -300,6 +315,7 @@ cdef class Chain:
         self.check_state = check_state
         # The one check a call makes when nothing can run.
         self.passthrough = not fire or (self.empty and not check_state)
+        self.traced = None
         self.shapes = {}
 
 
@@ -594,6 +610,7 @@ cdef class JoinPoint:
             self.event = name
         if self.binding == C_FUNCTION:  # defined in a class body: an instance method
             self.binding = C_METHOD
+        self.planner.named(self, owner, name)  # on an nn.Module: what Dynamo can trace
 
     def __get__(self, obj, cls):
         if obj is None:
@@ -617,6 +634,13 @@ cdef JoinPoint _probe = JoinPoint.__new__(JoinPoint)
 hookwrap_enable_vectorcall(<PyTypeObject *>JoinPoint,
                            <Py_ssize_t>(<char *>&_probe.vectorcall - <char *><PyObject *>_probe))
 _probe = None
+
+
+def _show_python_twins(get, call):
+    """Give ``JoinPoint.__get__`` and ``JoinPoint.__call__`` Python twins, for
+    Dynamo to trace (see _traced); the C slots still serve every call."""
+    hookwrap_set_type_dict_item(<PyTypeObject *>JoinPoint, "__get__", get)
+    hookwrap_set_type_dict_item(<PyTypeObject *>JoinPoint, "__call__", call)
 
 
 cdef object _run_owned(Chain chain, object func, object obj, list args, dict kwargs):

@@ -195,7 +195,7 @@ class Chain:
     """
 
     __slots__ = ("tp", "valid", "base", "fire", "pre", "post", "around", "error", "empty",
-                 "check_state", "passthrough", "runners")
+                 "check_state", "passthrough", "traced", "runners")
 
     def __init__(self, tp: Any, fire: bool, pre: tuple[Step, ...],
                  post: tuple[Step, ...], around: tuple[Step, ...] = (),
@@ -214,6 +214,7 @@ class Chain:
         self.check_state = check_state
         # The one check a call makes when nothing can run.
         self.passthrough = not fire or (self.empty and not check_state)
+        self.traced: Chain | None = None  # used by the compiled twin only (_traced)
         self.runners: dict[int, Any] = {}  # positional call shape -> compiled runner, or False
 
 
@@ -293,6 +294,10 @@ class JoinPoint:
         return str(getattr(self, "__qualname__"))
 
 
+def _show_python_twins(get: Any, call: Any) -> None:
+    """Nothing to do here: this twin's join points are Python already (see _traced)."""
+
+
 def as_attribute(jp: JoinPoint) -> Any:
     """What to store in a class or module for ``jp``: its dispatch function."""
     dispatch = jp._dispatch
@@ -322,6 +327,13 @@ def _make_dispatch(jp: JoinPoint) -> Callable[..., Any]:
                 return jp.func(*args, **kwargs)
         return _dispatch(jp, args, kwargs)
 
+    def traced(*args: Any, **kwargs: Any) -> Any:
+        return jp.planner.traced_dispatch(jp, args, kwargs)
+
+    # What torch.compile's Dynamo inlines in place of `dispatch` (it unwraps
+    # `_torchdynamo_inline` from every function it inlines): a dispatch that
+    # reads no hot cache, which changes under it (see _traced).
+    dispatch._torchdynamo_inline = traced  # type: ignore[attr-defined]
     return dispatch
 
 

@@ -52,6 +52,7 @@ def name_join_point(value: Any, owner: type, name: str) -> None:
         jp.event = name
     if type(value) is FunctionType and jp.binding == FUNCTION:
         jp.binding = METHOD  # a plain function in a class body: an instance method
+        jp.planner.named(jp, owner, name)  # as the compiled twin's __set_name__ does
 
 
 def join_points(tp: type) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from ._joinpoints import join_points, name_join_point
 from ._owners import changed_class, discard_class_record, with_subclasses
 from ._registration import Removable
 from .errors import HookError
+from ._traced import drop_compiled_code
 from .hookable import make_join_point
 
 __all__ = ["WeaveHandle", "weave"]
@@ -61,6 +62,7 @@ class WeaveHandle(Removable):
                 self._saved.append((target, name, own, original))
             if is_class:
                 changed_class(target, None, structure=True)
+            drop_compiled_code()
 
     def remove(self) -> None:
         with _lock:
@@ -72,6 +74,8 @@ class WeaveHandle(Removable):
                     delattr(owner, name)
                 if isinstance(owner, type):
                     _restore_class(owner)
+            if self._saved:
+                drop_compiled_code()
             self._saved.clear()
 
     def __repr__(self) -> str:
