@@ -4,6 +4,7 @@ pass ``mypy --strict``."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -94,6 +95,10 @@ def test_the_readme_examples_pass_mypy_strict(tmp_path):
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     examples = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
     assert len(examples) >= 10
+    if importlib.util.find_spec("torch") is None:
+        # Without torch its classes are Any to mypy, and strict refuses subclassing
+        # Any; those examples are checked where the torch extra is installed.
+        examples = [code for code in examples if "nn.Module" not in code]
     for i, code in enumerate(examples):
         (tmp_path / f"readme_example_{i}.py").write_text(code)
     text = _mypy(tmp_path, *sorted(str(p) for p in tmp_path.glob("readme_example_*.py")))
