@@ -146,13 +146,19 @@ def test_callbacks_registered_after_compiling_fire_and_a_removed_one_stops(hw):
     torch.manual_seed(0)
     model = _net_class(hw)()
     backend = CountingBackend()
-    compiled = torch.compile(model, backend=backend)
+    # The compiled twin rebuilds a traced chain when a registration drops it, so the
+    # recompiled code has no break: fullgraph=True survives registrations.
+    compiled = torch.compile(model, backend=backend, fullgraph=hw.USING_EXTENSION)
     x = torch.randn(2, 4)
     plain = model.linear(x).relu()
-    assert torch.allclose(compiled(x), plain)  # nothing registered, compiled first
+    assert torch.allclose(model(x), plain)
+    assert torch.allclose(compiled(x), plain)
+    graphs = backend.graphs
     handle = model.before("forward", _double_input)
     for _ in range(4):  # a registration recompiles what ran the chain ...
         assert torch.allclose(compiled(x), model.linear(x * 2).relu())
+    if hw.USING_EXTENSION:
+        assert backend.graphs == graphs + 1  # once, whole
     graphs = backend.graphs
     dynamo.utils.counters.clear()
     for _ in range(3):  # ... and then its compiled code holds the whole chain
@@ -231,3 +237,19 @@ def test_inductor_compiles_a_hookable_module_and_a_woven_linear(hw):
         assert torch.allclose(compiled(x), expected, atol=1e-6)  # weaving dropped the old code
     finally:
         woven.remove()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none here)")
+def test_a_hookable_module_compiles_on_cuda_with_its_callbacks_in_the_graph(hw):
+    torch.manual_seed(0)
+    model = _net_class(hw)().cuda()
+    model.before("forward", _double_input)
+    model.after("forward", _add_one)
+    x = torch.randn(8, 4, device="cuda")
+    eager = model(x)
+    assert _break_counts(model, x) == (1, 0)
+    compiled = torch.compile(model, fullgraph=True)  # inductor, Triton kernels
+    assert torch.allclose(compiled(x), eager, atol=1e-5)
+    model.after("forward", _add_one)  # registered after compiling: recompiles
+    compiled = torch.compile(model)
+    assert torch.allclose(compiled(x), eager + 1, atol=1e-5)

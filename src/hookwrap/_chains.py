@@ -21,11 +21,11 @@ import sys
 from typing import Any
 
 from ._checks import PHASE_CODES, planned_step
-from ._dispatch import AROUND, ERROR, FUNCTION, METHOD, POST, PRE, USING_EXTENSION, Chain
+from ._dispatch import AROUND, ERROR, FUNCTION, METHOD, POST, PRE, Chain
 from ._joinpoints import all_join_points, fires, spec_of
 from ._owners import class_record, function_record, lock
 from ._tiers import check_class_tier, entries_for
-from ._traced import attach_pure_copy, install, note_planned, traced_dispatch
+from ._traced import install, note_planned, traced_dispatch
 from .asyncrun import run_chain_async
 from .events import normalize
 
@@ -43,8 +43,6 @@ def _build(jp: Any, tp: Any, state: Any, base: Any) -> Any:
         steps[PHASE_CODES[entry.phase]].append(planned_step(entry.registration, spec))
     chain = Chain(tp, True, tuple(steps[PRE]), tuple(steps[POST]), tuple(steps[AROUND]),
                   tuple(steps[ERROR]), check_state, base)
-    if USING_EXTENSION:
-        attach_pure_copy(chain)
     keep_planning_out_of_traces()
     note_planned(jp)
     return chain

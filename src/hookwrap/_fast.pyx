@@ -296,7 +296,8 @@ cdef class Chain:
     cdef readonly bint empty
     cdef readonly bint check_state
     cdef readonly bint passthrough
-    cdef public object traced  # its pure twin, for torch.compile to trace (_traced)
+    cdef object _pure  # a pure copy of its steps, for torch.compile (see traced)
+    cdef readonly bint read_by_trace
     cdef _ShapePlan shape  # the plan for the last call shape seen (fast path)
     cdef dict shapes  # every call shape seen: (nargs, keyword names) -> plan
 
@@ -315,8 +316,20 @@ cdef class Chain:
         self.check_state = check_state
         # The one check a call makes when nothing can run.
         self.passthrough = not fire or (self.empty and not check_state)
-        self.traced = None
+        self._pure = None
+        self.read_by_trace = False
         self.shapes = {}
+
+    property traced:
+        """Its steps as the pure twin's objects, which Dynamo can trace (_traced),
+        copied on first use. Dynamo calls this getter for real while it traces, so
+        the copy is made outside the trace, and the mark it leaves tells a
+        registration that dropped this chain to build it again at once."""
+        def __get__(self):
+            self.read_by_trace = True
+            if self._pure is None:
+                self._pure = _pure_copy(self)
+            return self._pure
 
 
 # --- The fast path: one plan per call shape ------------------------------------
@@ -636,9 +649,15 @@ hookwrap_enable_vectorcall(<PyTypeObject *>JoinPoint,
 _probe = None
 
 
-def _show_python_twins(get, call):
+cdef object _pure_copy = None  # _traced.pure_chain, handed in by _show_python_twins
+
+
+def _show_python_twins(get, call, pure_copy):
     """Give ``JoinPoint.__get__`` and ``JoinPoint.__call__`` Python twins, for
-    Dynamo to trace (see _traced); the C slots still serve every call."""
+    Dynamo to trace, and ``Chain.traced`` its copier (see _traced); the C slots
+    still serve every call."""
+    global _pure_copy
+    _pure_copy = pure_copy
     hookwrap_set_type_dict_item(<PyTypeObject *>JoinPoint, "__get__", get)
     hookwrap_set_type_dict_item(<PyTypeObject *>JoinPoint, "__call__", call)
 

@@ -195,7 +195,7 @@ class Chain:
     """
 
     __slots__ = ("tp", "valid", "base", "fire", "pre", "post", "around", "error", "empty",
-                 "check_state", "passthrough", "traced", "runners")
+                 "check_state", "passthrough", "traced", "read_by_trace", "runners")
 
     def __init__(self, tp: Any, fire: bool, pre: tuple[Step, ...],
                  post: tuple[Step, ...], around: tuple[Step, ...] = (),
@@ -215,6 +215,7 @@ class Chain:
         # The one check a call makes when nothing can run.
         self.passthrough = not fire or (self.empty and not check_state)
         self.traced: Chain | None = None  # used by the compiled twin only (_traced)
+        self.read_by_trace = False  # the compiled twin's mark (Dynamo reads `traced`)
         self.runners: dict[int, Any] = {}  # positional call shape -> compiled runner, or False
 
 
@@ -294,7 +295,7 @@ class JoinPoint:
         return str(getattr(self, "__qualname__"))
 
 
-def _show_python_twins(get: Any, call: Any) -> None:
+def _show_python_twins(get: Any, call: Any, pure_copy: Any) -> None:
     """Nothing to do here: this twin's join points are Python already (see _traced)."""
 
 

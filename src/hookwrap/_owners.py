@@ -15,7 +15,9 @@ A registration changes one owner and invalidates only the caches that read it
 (``changed_*``): the chains of that event, for that class and its subclasses,
 that function, that instance, or (global) every class. Caches are dropped and
 their chains marked invalid, so a call already holding one finds it stale and
-nothing keeps a removed callback alive.
+nothing keeps a removed callback alive. Once torch.compile is in use, the
+chains a change dropped are built again at once (``rebuild``): compiled code
+re-traces them on its next call, and a chain missing then would be a graph break.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ __all__ = [
     "drop_chains",
     "function_record",
     "lock",
+    "rebuild",
+    "traced_ones",
     "with_subclasses",
 ]
 
@@ -58,19 +62,38 @@ class Record:
         self.registrations: list[Any] = []  # options.Registration, in order
         self.chains: dict[Any, Any] = {}  # join point -> Chain
 
-    def drop_chains(self, event: str | None) -> None:
-        for jp in drop_chains(self.chains, event):
+    def drop_chains(self, event: str | None) -> list[tuple[Any, Any]]:
+        dropped = drop_chains(self.chains, event)
+        for jp, _ in dropped:
             if jp.owner is None:  # a function: its last chain is this one
                 jp.forget_last_chain()
+        return dropped
 
 
-def drop_chains(chains: dict[Any, Any], event: str | None) -> list[Any]:
+def drop_chains(chains: dict[Any, Any], event: str | None) -> list[tuple[Any, Any]]:
     """Invalidate and drop the chains (join point -> Chain) of ``event`` (normalized;
-    None: all); returns their join points."""
-    dropped = [jp for jp in chains if event is None or normalize(jp.event) == event]
-    for jp in dropped:
-        chains.pop(jp).valid = False
+    None: all); returns them, as (join point, chain)."""
+    dropped = [(jp, chains.pop(jp)) for jp in list(chains)
+               if event is None or normalize(jp.event) == event]
+    for _, chain in dropped:
+        chain.valid = False
     return dropped
+
+
+def traced_ones(dropped: list[tuple[Any, Any]], state: Any = None) -> list[tuple[Any, Any, Any]]:
+    """Of dropped chains, those torch.compile traced, for ``rebuild``."""
+    return [(jp, chain.tp, state) for jp, chain in dropped if chain.read_by_trace]
+
+
+def rebuild(dropped: list[tuple[Any, Any, Any]]) -> None:
+    """Build again, now, chains a change dropped that compiled code had traced:
+    (join point, class, the instance state or None). That code re-traces them
+    on its next call and finds them built (see _traced)."""
+    for jp, tp, state in dropped:
+        type_chain = jp.planner.type_chain(jp, tp)
+        type_chain.traced  # noqa: B018 (keeps the mark: compiled code will trace it again)
+        if state is not None and type_chain.check_state:
+            state.chain_for(jp, type_chain).traced  # noqa: B018
 
 
 class ClassRecord(Record):
@@ -91,14 +114,19 @@ class ClassRecord(Record):
         self.states: weakref.WeakSet[Any] = weakref.WeakSet()  # those instances' InstanceHooks
         self.emit_cache: dict[str, Any] = {}  # custom event -> listeners
 
-    def drop(self, event: str | None) -> None:
-        self.drop_chains(event)
+    def drop(self, event: str | None) -> list[tuple[Any, Any, Any]]:
+        """Drop the chains of ``event`` (None: all) built for this class and its
+        instances; returns them for ``rebuild``."""
+        dropped = traced_ones(self.drop_chains(event))
         if event is None:
             self.emit_cache.clear()
         else:
             self.emit_cache.pop(event, None)
         for state in list(self.states):
-            state.drop(event)
+            gone = state.drop(event)
+            if state.ready:
+                dropped.extend(traced_ones(gone, state))
+        return dropped
 
 
 # Every record, weakly: a global registration reaches each of them.
@@ -165,6 +193,7 @@ def changed_class(cls: type, event: str | None, structure: bool = False) -> None
     instances and its subclasses' instances built from them. ``structure``: its
     join points changed (weaving), so their lookup caches go too."""
     with lock:
+        dropped = []
         for klass in with_subclasses(cls):
             record = class_record(klass, create=False)
             if record is None:
@@ -173,20 +202,24 @@ def changed_class(cls: type, event: str | None, structure: bool = False) -> None
                 record.join_points = None
                 record.own_entries = None
                 record.checked = False
-            record.drop(event)
+            dropped.extend(record.drop(event))
+        if not structure:  # weaving resets Dynamo instead
+            rebuild(dropped)
 
 
 def changed_function(jp: Any) -> None:
     with lock:
-        function_record(jp).drop_chains(None)
+        rebuild(traced_ones(function_record(jp).drop_chains(None)))
 
 
 def changed_global(event: str | None) -> None:
     """The global tier changed for ``event``: every class's chains of it, and every
     plain function join point's."""
     with lock:
+        dropped: list[tuple[Any, Any, Any]] = []
         for record in list(_records):
             if isinstance(record, ClassRecord):
-                record.drop(event)
+                dropped.extend(record.drop(event))
             else:
-                record.drop_chains(event)
+                dropped.extend(traced_ones(record.drop_chains(event)))
+        rebuild(dropped)

@@ -24,9 +24,17 @@ from typing import Any, Iterable, NamedTuple, cast
 from ._checks import check_custom_callback, check_entry, check_event, pickle_problem, planned_step
 from ._dispatch import STATE_KEY, HookState
 from ._joinpoints import spec_of
-from ._owners import GLOBAL, changed_class, class_record, drop_chains, lock
+from ._owners import (
+    GLOBAL,
+    changed_class,
+    class_record,
+    drop_chains,
+    lock,
+    rebuild,
+    traced_ones,
+)
 from .errors import CallbackPicklingError, HookError
-from .events import CUSTOM, callback_method_event
+from .events import CUSTOM, callback_method_event, normalize
 from .options import Registration, order_entries
 from .signature import callable_label
 
@@ -180,13 +188,20 @@ class InstanceCallbackList(list):  # type: ignore[type-arg]
 
     def _changed(self, items: Iterable[Any] | None = None) -> None:
         """Drop the instance's chains of the events of ``items`` (None: of every event)."""
-        if self._state is None:
+        state = self._state
+        if state is None:
             return
-        if items is None:
-            self._state.drop(None)
-        else:
-            for event in {item.name for item in items}:
-                self._state.drop(event)
+        events = [None] if items is None else list({item.name for item in items})
+        dropped = [gone for event in events for gone in state.drop(event)]
+        if state.ready:
+            # Its own chains that compiled code traced, and the first chain of an
+            # event whose class chain compiled code traced (an instance gaining
+            # callbacks of its own after compiling).
+            record = class_record(self._cls, create=False)
+            first = [(jp, chain) for jp, chain in (record.chains.items() if record else ())
+                     if (None in events or normalize(jp.event) in events)
+                     and jp not in state.chains]
+            rebuild(traced_ones(dropped, state) + traced_ones(first, state))
 
     def append(self, item: Any) -> None:
         item = self._check(item)
@@ -275,13 +290,20 @@ class InstanceHooks(HookState):
                 changed_class(cls, None)
         self.callbacks = InstanceCallbackList(cls, callbacks, self)
 
-    def drop(self, event: str | None) -> None:
-        """Invalidate and drop this instance's chains of ``event`` (None: all)."""
-        drop_chains(self.chains, event)
+    @property
+    def ready(self) -> bool:
+        """Its callbacks list is in place (not while that list is being built)."""
+        return "callbacks" in self.__dict__
+
+    def drop(self, event: str | None) -> list[tuple[Any, Any]]:
+        """Invalidate and drop this instance's chains of ``event`` (None: all);
+        returns them (``_owners.drop_chains``)."""
+        dropped = drop_chains(self.chains, event)
         if event is None:
             self.emit_cache.clear()
         else:
             self.emit_cache.pop(event, None)
+        return dropped
 
     def __reduce__(self) -> Any:
         # Pickling (torch.save): each callback must be one pickle can save; say which

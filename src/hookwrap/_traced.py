@@ -10,9 +10,9 @@ So the compiled twin shows Dynamo Python twins of its C slots
 (``_fast._show_python_twins``): ``JoinPoint.__get__`` and ``JoinPoint.__call__``
 in the type's dictionary are ``dynamo_get`` and ``dynamo_call`` below, while
 every real call still takes the C slots. They run ``traced_dispatch``: the
-pure twin's ``_dispatch`` over the compiled twin's chains, each carried with a
-pure copy of its steps (``pure_chain``), so tensor-only callbacks land in the
-graph with no break. Building a chain (locks, signatures, weak references) is
+pure twin's ``_dispatch`` over the compiled twin's chains, each with a pure copy
+of its steps (``pure_chain``, made by ``Chain.traced`` on first use, which Dynamo
+calls for real), so tensor-only callbacks land in the graph with no break. Building a chain (locks, signatures, weak references) is
 never traced (``_chains``): a chain missing at trace time is one graph break.
 
 An ``nn.Module``'s hookable ``forward`` is stored as a Python function calling
@@ -39,7 +39,7 @@ from ._dispatch import (
 from ._owners import RECORD_ATTR
 
 __all__ = [
-    "attach_pure_copy", "drop_compiled_code", "dynamo_call", "dynamo_get", "install", "note_planned", "pure_chain",
+    "drop_compiled_code", "dynamo_call", "dynamo_get", "install", "note_planned", "pure_chain",
     "traced_dispatch",
 ]
 
@@ -110,14 +110,6 @@ def drop_compiled_code() -> None:
         dynamo.reset()
 
 
-def attach_pure_copy(chain: Any) -> None:
-    """Give a compiled chain, as it is built, the pure copy Dynamo traces: once
-    torch is imported, any join point may be called in compiled code."""
-    torch = sys.modules.get("torch")
-    if torch is not None and getattr(torch, "compiler", None) is not None:
-        chain.traced = pure_chain(chain)
-
-
 def pure_chain(chain: Any) -> Any:
     """The pure twin's copy of a compiled chain: the same callbacks, gates and
     argument plans, in objects Dynamo can trace."""
@@ -152,6 +144,7 @@ def traced_dispatch(jp: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
     chain = record.chains.get(jp) if record is not None else None
     if chain is None or not chain.valid or chain.tp is not tp:
         chain = jp.planner.type_chain(jp, tp)
+    pure_steps = chain.traced  # read first: it marks the chain (compiled twin)
     if chain.passthrough:
         return jp.func(*args, **kwargs)
     if chain.check_state:
@@ -162,15 +155,14 @@ def traced_dispatch(jp: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
                 chain = cached
             else:
                 chain = state.chain_for(jp, chain)
+            pure_steps = chain.traced
     if chain.empty:
         return jp.func(*args, **kwargs)
     if jp.is_async:
         return jp.planner.run_async(chain, jp.func, obj, list(args), kwargs)
     if type(chain) is pure.Chain:  # the pure twin's own
-        steps = chain
-    else:
-        steps = chain.traced if chain.traced is not None else pure_chain(chain)
-    return pure._run_owned(steps, jp.func, obj, list(args), kwargs)
+        pure_steps = chain
+    return pure._run_owned(pure_steps, jp.func, obj, list(args), kwargs)
 
 
 def _method(jp: Any, obj: Any, *args: Any, **kwargs: Any) -> Any:
@@ -192,4 +184,4 @@ def dynamo_call(self: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 if USING_EXTENSION:
-    show_python_twins(dynamo_get, dynamo_call)
+    show_python_twins(dynamo_get, dynamo_call, pure_chain)
