@@ -25,6 +25,7 @@ def _has_cpp_compiler() -> bool:
 pytestmark = [
     pytest.mark.filterwarnings("ignore:.*torch.jit.*:DeprecationWarning"),
     pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf:UserWarning"),
+    pytest.mark.filterwarnings("ignore:TensorFloat32 tensor cores:UserWarning"),
 ]
 
 needs_inductor = pytest.mark.skipif(

@@ -12,8 +12,12 @@ in the type's dictionary are ``dynamo_get`` and ``dynamo_call`` below, while
 every real call still takes the C slots. They run ``traced_dispatch``: the
 pure twin's ``_dispatch`` over the compiled twin's chains, each with a pure copy
 of its steps (``pure_chain``, made by ``Chain.traced`` on first use, which Dynamo
-calls for real), so tensor-only callbacks land in the graph with no break. Building a chain (locks, signatures, weak references) is
-never traced (``_chains``): a chain missing at trace time is one graph break.
+calls for real), so tensor-only callbacks land in the graph with no break.
+Building a chain (locks, signatures, weak references) is never traced
+(``_chains``): a chain missing at trace time is one graph break, and a
+registration rebuilds at once the chains a trace read (``_owners.rebuild``).
+The pure twin's dispatch functions name ``traced_dispatch`` as what Dynamo
+inlines in their place (``_torchdynamo_inline``): it reads no hot cache.
 
 An ``nn.Module``'s hookable ``forward`` is stored as a Python function calling
 the join point (``module_attribute``), so that ``torch.compile(module)`` finds a
