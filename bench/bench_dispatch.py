@@ -13,6 +13,7 @@ import importlib
 import pytest
 
 from hookwrap.bench import KS, REGISTRATION_CYCLE
+from hookwrap.bench_others import SYSTEMS, absent, other_scenarios
 
 NAMES = (
     ["bare method", "bare function", "functools.wraps closure", "wrapt.decorator pass-through",
@@ -37,3 +38,27 @@ def bench_dispatch(benchmark, calls, name):
     expected = call()  # every scenario passes the batch through unchanged
     result = benchmark(call)
     assert result == expected == [1, 2, 3]
+
+
+@pytest.fixture(scope="module")
+def other_calls(hw_module):
+    bench = importlib.import_module("hookwrap.bench")
+    return {name: bench.as_callable(scenario)
+            for name, scenario in other_scenarios(hw_module, KS).items()}
+
+
+@pytest.mark.parametrize("system", SYSTEMS)
+@pytest.mark.parametrize("k", KS)
+def bench_other_hook_systems(benchmark, other_calls, system, k):
+    """The same k callbacks through pluggy, blinker and nn.Module pre-hooks (and
+    hookwrap on the same module), each skipped with its reason where absent."""
+    if system in absent():
+        pytest.skip(absent()[system])
+    call = other_calls[f"{system} k={k}"]
+    result = benchmark(call)
+    if system == "pluggy":
+        assert result == [[1, 2, 3]] * k  # every plugin ran, in the hook's result list
+    elif system == "blinker":
+        assert [value for _, value in result] == [[1, 2, 3]] * k
+    else:
+        assert result == [1, 2, 3]

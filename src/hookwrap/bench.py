@@ -15,6 +15,8 @@ import sys
 import timeit
 from typing import Any, Callable
 
+from .bench_others import SYSTEMS, absent, other_scenarios
+
 KS = (0, 1, 4, 16)
 
 
@@ -159,8 +161,9 @@ def _timer(scenario: Scenario) -> timeit.Timer:
     return timeit.Timer(stmt, globals=dict(namespace))
 
 
-def measure(hw: Any, number: int = 20000, repeat: int = 7) -> dict[str, float]:
-    """Each scenario's cost as a ratio to a bare ``obj.step(batch)`` call.
+def measure(hw: Any, number: int = 20000, repeat: int = 7, others: bool = False) -> dict[str, float]:
+    """Each scenario's cost as a ratio to a bare ``obj.step(batch)`` call (with
+    ``others``, also the other hook systems of ``bench_others``).
 
     Each scenario is timed alternately with the bare call, round by round, and
     divided by that adjacent bare timing (best of ``repeat`` each): drift of a
@@ -168,6 +171,8 @@ def measure(hw: Any, number: int = 20000, repeat: int = 7) -> dict[str, float]:
     the best bare call in seconds, to turn ratios back into nanoseconds.
     """
     calls = scenarios(hw)
+    if others:
+        calls.update(other_scenarios(hw, KS))
     bare = _timer(calls["bare method"])
     ratios: dict[str, float] = {"unit": float("inf")}
     for name, scenario in calls.items():
@@ -198,7 +203,7 @@ def table(ratios: dict[str, float], implementation: str) -> str:
              f"({unit * 1e9:.1f} ns here), each timed beside it", ""]
     lines.append(f"  {'scenario':<36}{'ns/call':>10}{'ratio':>9}")
     for name, ratio in ratios.items():
-        if name != "unit":
+        if name != "unit" and not name.startswith(SYSTEMS):
             lines.append(f"  {name:<36}{ratio * unit * 1e9:>10.1f}{ratio:>8.2f}x")
     hand = _slope(ratios, "hand loop")
     lines.append("")
@@ -214,13 +219,30 @@ def table(ratios: dict[str, float], implementation: str) -> str:
     return "\n".join(lines)
 
 
+def others_table(ratios: dict[str, float]) -> str:
+    """The other hook systems beside hookwrap, from the same run as ``table``."""
+    unit = ratios["unit"]
+    hand = _slope(ratios, "hand loop")
+    lines = ["  beside other hook systems (the same k callbacks; ratios as above):",
+             f"  {'system':<36}{'k=0 ns':>10}{'per callback ns':>17}{'vs hand loop':>14}"]
+    rows = [("hookwrap pre (instance tier)", "hookwrap pre")]
+    rows += [(system, system) for system in SYSTEMS if f"{system} k={KS[0]}" in ratios]
+    for label, prefix in rows:
+        slope = _slope(ratios, prefix)
+        lines.append(f"  {label:<36}{ratios[f'{prefix} k={KS[0]}'] * unit * 1e9:>10.1f}"
+                     f"{slope * unit * 1e9:>17.1f}{slope / hand:>13.2f}x")
+    lines += [f"  {system}: left out, {why}" for system, why in absent().items()]
+    return "\n".join(lines)
+
+
 def run_one(number: int, step: bool = False) -> str:
     """The ratio table (and with ``step``, the training-step share) for the
     implementation this process uses."""
     import hookwrap as hw
 
     name = "compiled (hookwrap._fast)" if hw.USING_EXTENSION else "pure Python twin (hookwrap._fast_py)"
-    out = table(measure(hw, number=number), name)
+    ratios = measure(hw, number=number, others=True)
+    out = table(ratios, name) + "\n\n" + others_table(ratios)
     if step:
         from .bench_step import report
 
