@@ -93,3 +93,31 @@ def test_filters_on_custom_events(hw):
     for i in range(5):
         t.emit("on_train_batch_end", loss=i)
     assert t.log == [1, 3]
+
+
+def test_planned_emit_follows_call_shapes_and_registrations(hw):
+    """emit plans what each listener gets per call shape (the keyword names, in
+    order) and keeps it until a registration of that event drops it."""
+    t = make(hw)()
+    t.on("on_train_batch_end", lambda self, loss: self.log.append(("loss", loss)))
+    t.emit("on_train_batch_end", loss=1)  # every keyword: passed as given
+    t.emit("on_train_batch_end", loss=2, output="y")  # a listener takes a subset
+    t.emit("on_train_batch_end", output="z", loss=3)  # the same names, another order
+    assert t.log == [("loss", 1), ("loss", 2), ("loss", 3)]
+    handle = t.on("on_train_batch_end", lambda self, output: self.log.append(("output", output)))
+    t.log.clear()
+    t.emit("on_train_batch_end", loss=4, output="w")  # the new listener is planned in
+    assert t.log == [("loss", 4), ("output", "w")]
+    for _ in range(2):  # a missing keyword fails on every emit, not only the first
+        with pytest.raises(hw.HookError, match=r"needs output, but the event was emitted with loss"):
+            t.emit("on_train_batch_end", loss=5)
+    handle.remove()
+    t.log.clear()
+    t.emit("on_train_batch_end", loss=6)  # and removing it un-plans it
+    assert t.log == [("loss", 6)]
+    other = make(hw)()  # another instance: only its class's listeners
+    other.emit("on_train_batch_end", loss=7)
+    assert other.log == []
+    for _ in range(2):  # an unknown event fails every time too
+        with pytest.raises(hw.UnknownEventError):
+            t.emit("on_train_batch_ends", loss=1)

@@ -36,6 +36,10 @@ def _pre_free(batch: Any) -> Any:
     return batch
 
 
+def _listen(self: Any, batch: Any) -> None:
+    return None
+
+
 Scenario = tuple[str, dict[str, Any]]  # (statement, namespace) timed as written
 
 
@@ -129,6 +133,23 @@ def scenarios(hw: Any) -> dict[str, Scenario]:
         for _ in range(k):
             hw.before(Sub, "build", lambda cls, batch: batch)
         out[f"hookwrap classmethod pre k={k}"] = ("cls.build(batch)", {"cls": Sub, "batch": batch})
+    # Custom events: emit() with k listeners, against a hand-written loop over them.
+    class Emitter(hw.Hookable):
+        emits = ("on_batch",)
+        fns: tuple[Any, ...] = ()
+
+        def hand_emit(self, batch: Any) -> None:
+            for f in self.fns:
+                f(self, batch=batch)
+
+    for k in KS:
+        emitter, hand = Emitter(), Emitter()
+        hand.fns = (_listen,) * k
+        for _ in range(k):
+            emitter.on("on_batch", _listen)
+        out[f"hand emit loop k={k}"] = ("obj.hand_emit(batch)", {"obj": hand, "batch": batch})
+        out[f"hookwrap emit k={k}"] = ("obj.emit('on_batch', batch=batch)",
+                                      {"obj": emitter, "batch": batch})
     # A scoped registration inside a loop (a `with` block, a once=True callback, a
     # removed handle), then a call of an unrelated join point: what invalidation costs.
     scoped, unrelated = type("Scoped", (Model,), {})(), type("Unrelated", (Model,), {})()
@@ -216,6 +237,12 @@ def table(ratios: dict[str, float], implementation: str) -> str:
                    "hookwrap function pre", "hookwrap classmethod pre"]:
         slope = _slope(ratios, prefix)
         lines.append(f"  {prefix:<36}{slope * unit * 1e9:>10.1f}{slope / hand:>8.2f}x")
+    hand_emit = _slope(ratios, "hand emit loop")
+    emit = _slope(ratios, "hookwrap emit")
+    lines.append(f"  {'hand emit loop (keyword call)':<36}{hand_emit * unit * 1e9:>10.1f}{1:>8.2f}x")
+    lines.append(f"  {'hookwrap emit':<36}{emit * unit * 1e9:>10.1f}{emit / hand_emit:>8.2f}x"
+                 f"   (k=0: {ratios[f'hookwrap emit k={KS[0]}'] / ratios[f'hand emit loop k={KS[0]}']:.2f}x"
+                 f" the hand loop's call)")
     return "\n".join(lines)
 
 

@@ -9,7 +9,7 @@ from ._dispatch import STATE_KEY
 from ._registration import Handle, register
 from ._tiers import InstanceHooks, instance_state
 from .callback import Callback, add_callback
-from .emit import emit
+from .emit import emit_with
 from .errors import HookError
 from .events import CUSTOM
 from .hookable import hookable
@@ -88,7 +88,7 @@ class Hookable:
 
     def emit(self, name: str, /, **kwargs: Any) -> None:
         """Fire custom event ``name`` (declared in ``emits``) with keyword arguments."""
-        emit(self, name, **kwargs)
+        emit_with(self, name, kwargs)
 
     def add_callback(self, callback: Callback, /, **options: Any) -> Handle:
         """Register each event method of a ``hookwrap.Callback`` on this object, each
