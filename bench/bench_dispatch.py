@@ -19,6 +19,7 @@ NAMES = (
     ["bare method", "bare function", "functools.wraps closure", "wrapt.decorator pass-through",
      "hookwrap k=0, a sibling has callbacks"]
     + [f"hand loop k={k}" for k in KS]
+    + [f"hand loop every=2 k={k}" for k in KS]
     + [f"hookwrap {kind} k={k}" for kind in ("pre", "post", "around", "pre every=2", "function pre",
                                              "classmethod pre") for k in KS]
     + [REGISTRATION_CYCLE]

@@ -75,6 +75,17 @@ def scenarios(hw: Any) -> dict[str, Scenario]:
                 batch = f(self, batch)
             return batch
 
+        counts: list[int] = []
+
+        def hand_loop_every_2(self, batch: Any) -> Any:
+            # What every=2 replaces: a counter and a modulo test per callback.
+            counts = self.counts
+            for i, f in enumerate(self.fns):
+                counts[i] += 1
+                if counts[i] % 2 == 0:
+                    batch = f(self, batch)
+            return batch
+
         wrapped_closure = closure_deco(body)
         wrapped_wrapt = passthrough(body)
 
@@ -107,7 +118,9 @@ def scenarios(hw: Any) -> dict[str, Scenario]:
     for k in KS:
         loop = Model()
         loop.fns = (_pre,) * k
+        loop.counts = [0] * k
         out[f"hand loop k={k}"] = ("obj.hand_loop(batch)", {"obj": loop, "batch": batch})
+        out[f"hand loop every=2 k={k}"] = ("obj.hand_loop_every_2(batch)", {"obj": loop, "batch": batch})
         for kind, verb, fn, extra in [
             ("pre", "before", _pre, {}),
             ("post", "after", _post, {}),
@@ -237,6 +250,10 @@ def table(ratios: dict[str, float], implementation: str) -> str:
                    "hookwrap function pre", "hookwrap classmethod pre"]:
         slope = _slope(ratios, prefix)
         lines.append(f"  {prefix:<36}{slope * unit * 1e9:>10.1f}{slope / hand:>8.2f}x")
+    hand_every = _slope(ratios, "hand loop every=2")
+    every = _slope(ratios, "hookwrap pre every=2")
+    lines.append(f"  {'hand loop every=2 (count, % 2)':<36}{hand_every * unit * 1e9:>10.1f}{1:>8.2f}x")
+    lines.append(f"  {'hookwrap pre every=2, vs that':<36}{every * unit * 1e9:>10.1f}{every / hand_every:>8.2f}x")
     hand_emit = _slope(ratios, "hand emit loop")
     emit = _slope(ratios, "hookwrap emit")
     lines.append(f"  {'hand emit loop (keyword call)':<36}{hand_emit * unit * 1e9:>10.1f}{1:>8.2f}x")

@@ -33,7 +33,7 @@ class Gate:
     process of rank 0 (torch.distributed): elsewhere nothing counts.
     """
 
-    __slots__ = ("every", "once", "when", "rank_zero_only", "count", "spent", "rank")
+    __slots__ = ("every", "once", "when", "rank_zero_only", "count", "spent", "rank", "every_only")
 
     def __init__(self, every: int | None, once: bool, when: Callable[[Any], Any] | None,
                  rank_zero_only: bool = False) -> None:
@@ -44,8 +44,16 @@ class Gate:
         self.count = 0
         self.spent = False
         self.rank: int | None = None  # kept once the process group says it
+        self.every_only = self._every_only()
+
+    def _every_only(self) -> bool:
+        """``every=N`` and nothing else: admit() counts and tests, no other checks."""
+        return self.every is not None and not (self.once or self.rank_zero_only) and self.when is None
 
     def admit(self, obj: Any) -> bool:
+        if self.every_only:  # the common filter: one counter, one modulo
+            count = self.count = self.count + 1
+            return not count % self.every  # type: ignore[operator]
         if self.spent:
             return False
         if self.rank_zero_only:
@@ -72,6 +80,7 @@ class Gate:
     def __setstate__(self, state: Any) -> None:
         self.every, self.once, self.when, self.rank_zero_only, self.count, self.spent = state
         self.rank = None
+        self.every_only = self._every_only()
 
     def __repr__(self) -> str:
         parts = []
