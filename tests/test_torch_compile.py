@@ -223,13 +223,25 @@ def test_weaving_after_compiling_drops_the_code_compiled_before(hw):
 
 
 @needs_inductor
-def test_inductor_compiles_a_hookable_module_and_a_woven_linear(hw):
+def test_inductor_compiles_a_hookable_module_a_function_and_a_woven_linear(hw):
     torch.manual_seed(0)
     model = _net_class(hw)()
     model.before("forward", _double_input)
     x = torch.randn(2, 4)
     compiled = torch.compile(model)  # the default backend, first called compiled
     assert torch.allclose(compiled(x), model.linear(x * 2).relu(), atol=1e-6)
+    class Loop(hw.Hookable):
+        @hw.hookable
+        def loss(self, out):
+            return out.sum()
+
+    loop = Loop()
+    loop.after("loss", lambda self, return_value: return_value * 3)
+
+    def step(x):  # a function calling a hookable module and a hookable method
+        return loop.loss(model(x))
+
+    assert torch.allclose(torch.compile(step)(x), model.linear(x * 2).relu().sum() * 3, atol=1e-5)
     woven = hw.weave(nn.Linear, "forward")
     try:
         nn.Linear.forward.after(_add_one)
