@@ -195,7 +195,7 @@ class Chain:
     """
 
     __slots__ = ("tp", "valid", "base", "fire", "pre", "post", "around", "error", "empty",
-                 "check_state", "passthrough", "traced", "read_by_trace", "runners")
+                 "check_state", "passthrough", "read_by_trace", "runners")
 
     def __init__(self, tp: Any, fire: bool, pre: tuple[Step, ...],
                  post: tuple[Step, ...], around: tuple[Step, ...] = (),
@@ -214,9 +214,14 @@ class Chain:
         self.check_state = check_state
         # The one check a call makes when nothing can run.
         self.passthrough = not fire or (self.empty and not check_state)
-        self.traced: Chain | None = None  # used by the compiled twin only (_traced)
-        self.read_by_trace = False  # the compiled twin's mark (Dynamo reads `traced`)
+        self.read_by_trace = False  # the compiled twin's mark (its `traced` sets it)
         self.runners: dict[int, Any] = {}  # positional call shape -> compiled runner, or False
+
+    @property
+    def traced(self) -> Chain:
+        """What torch.compile traces for this chain (_traced): the chain itself, as
+        its steps are Python already (the compiled twin's is a pure copy)."""
+        return self
 
 
 class HookState:
@@ -301,12 +306,17 @@ def _show_python_twins(get: Any, call: Any, pure_copy: Any) -> None:
 
 def as_attribute(jp: JoinPoint) -> Any:
     """What to store in a class or module for ``jp``: its dispatch function."""
-    dispatch = jp._dispatch
+    return _named_like(jp._dispatch, jp.func)
+
+
+def _named_like(stored: Any, func: Any) -> Any:
+    """Give ``stored`` (a function standing for ``func`` in a class) ``func``'s names,
+    so that it reads, and pickles by reference, as ``func``."""
     for name in ("__module__", "__name__", "__qualname__", "__doc__", "__annotations__"):
-        value = getattr(jp.func, name, None)
+        value = getattr(func, name, None)
         if value is not None:
-            setattr(dispatch, name, value)
-    return dispatch
+            setattr(stored, name, value)
+    return stored
 
 
 def _make_dispatch(jp: JoinPoint) -> Callable[..., Any]:

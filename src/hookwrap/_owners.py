@@ -15,8 +15,8 @@ A registration changes one owner and invalidates only the caches that read it
 (``changed_*``): the chains of that event, for that class and its subclasses,
 that function, that instance, or (global) every class. Caches are dropped and
 their chains marked invalid, so a call already holding one finds it stale and
-nothing keeps a removed callback alive. Once torch.compile is in use, the
-chains a change dropped are built again at once (``rebuild``): compiled code
+nothing keeps a removed callback alive. Of the chains a change drops, those
+torch.compile traced are built again at once (``rebuild``): compiled code
 re-traces them on its next call, and a chain missing then would be a graph break.
 """
 

@@ -96,10 +96,7 @@ def module_attribute(jp: Any) -> Any:
         return target(*args, **kwargs)
 
     jp.__dict__[JOIN_POINT_ATTR] = jp
-    for attr in ("__module__", "__name__", "__qualname__", "__doc__", "__annotations__"):
-        value = getattr(jp.func, attr, None)
-        if value is not None:
-            setattr(call, attr, value)
+    pure._named_like(call, jp.func)
     call.__dict__ = jp.__dict__
     return call
 
@@ -148,7 +145,7 @@ def traced_dispatch(jp: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
     chain = record.chains.get(jp) if record is not None else None
     if chain is None or not chain.valid or chain.tp is not tp:
         chain = jp.planner.type_chain(jp, tp)
-    pure_steps = chain.traced  # read first: it marks the chain (compiled twin)
+    pure_steps = chain.traced  # read first: it marks the chain (compiled twin); see Chain
     if chain.passthrough:
         return jp.func(*args, **kwargs)
     if chain.check_state:
@@ -164,8 +161,6 @@ def traced_dispatch(jp: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
         return jp.func(*args, **kwargs)
     if jp.is_async:
         return jp.planner.run_async(chain, jp.func, obj, list(args), kwargs)
-    if type(chain) is pure.Chain:  # the pure twin's own
-        pure_steps = chain
     return pure._run_owned(pure_steps, jp.func, obj, list(args), kwargs)
 
 
