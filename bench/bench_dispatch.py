@@ -17,8 +17,9 @@ from hookwrap.bench_others import SYSTEMS, absent, other_scenarios
 
 NAMES = (
     ["bare method", "bare function", "functools.wraps closure", "wrapt.decorator pass-through",
-     "hookwrap k=0, a sibling has callbacks"]
+     "bare classmethod", "hookwrap k=0, a sibling has callbacks"]
     + [f"hand loop k={k}" for k in KS]
+    + [f"hand wrap k={k}" for k in KS]
     + [f"hand loop every=2 k={k}" for k in KS]
     + [f"hookwrap {kind} k={k}" for kind in ("pre", "post", "around", "pre every=2", "function pre",
                                              "classmethod pre") for k in KS]

@@ -197,3 +197,42 @@ def test_async_around_and_error(hw):
     with pytest.raises(ValueError):
         asyncio.run(t.step(-1))
     assert log == ["-1"]
+
+
+def test_around_sees_what_pre_callbacks_replaced_and_filters_skip_advice(hw):
+    """Around advice between pre and post callbacks, positional or keyword calls,
+    a filtered advice skipped on the calls it does not admit, on methods,
+    classmethods and plain functions; a call with more keywords than the
+    compiled path's fixed array reaches the function whole."""
+    log = []
+    t = make(hw, log)()
+    t.before("step", lambda self, batch: batch + 1)
+    t.around("step", lambda self, proceed, batch, **kw: proceed(batch * 10, **kw) + 0.5, every=2)
+    t.after("step", lambda self, return_value: return_value + 1000)
+    assert t.step(1) == 1002  # advice filtered out: (1 + 1) * 1 + 1000
+    assert t.step(1, scale=3) == 1060.5  # (1 + 1) * 10 * 3 + 0.5 + 1000
+    assert t.step(batch=2) == 1003
+    assert [entry[1:] for entry in log] == [(2, 1), (20, 3), (3, 1)]
+
+    class Loop(hw.Hookable):
+        @hw.hookable
+        @classmethod
+        def scale(cls, x):
+            return (cls.__name__, x)
+
+        @hw.hookable
+        def wide(self, **kw):
+            return len(kw), kw.get("k39")
+
+    @hw.hookable
+    def shift(x, by=1):
+        return x - by
+
+    hw.around(Loop, "scale", lambda cls, proceed, x: proceed(x * 2))
+    shift.around(lambda proceed, x, **kw: proceed(x, **kw) * 100)
+    assert Loop.scale(3) == ("Loop", 6)
+    assert shift(5) == 400 and shift(5, by=2) == 300
+    loop = Loop()
+    loop.around("wide", lambda self, proceed, **kw: proceed(**kw, extra=1))
+    many = {f"k{i}": i for i in range(40)}
+    assert loop.wide(**many) == (41, 39)

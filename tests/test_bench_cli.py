@@ -66,3 +66,17 @@ def test_step_loop_fires_every_callback(hw):
 
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # torch's NumPy notice
+
+
+def test_instruction_scenarios_call_through_the_hooks():
+    """Each scenario hookwrap.bench_instructions counts under callgrind returns the
+    batch and runs its callbacks (each in a process of its own: one registers
+    a global callback). Counting itself needs valgrind and minutes: not here."""
+    instructions = importlib.import_module("hookwrap.bench_instructions")
+    assert len({name for name, _ in instructions.ROWS}) == len(instructions.ROWS)
+    for name, base in instructions.ROWS:
+        assert base is None or base in dict(instructions.ROWS), name
+        subprocess.run([sys.executable, "-m", "hookwrap.bench_instructions", "--check", name],
+                       check=True, capture_output=True, text=True)
+    with pytest.raises(KeyError):
+        instructions.setup("no such scenario")

@@ -121,3 +121,40 @@ def test_planned_emit_follows_call_shapes_and_registrations(hw):
     for _ in range(2):  # an unknown event fails every time too
         with pytest.raises(hw.UnknownEventError):
             t.emit("on_train_batch_ends", loss=1)
+
+
+def test_every_spelling_of_an_emit_call(hw):
+    """obj.emit, hw.emit(obj, ...), the bound method kept aside, the class's
+    function called with the object, a class as target: one behaviour. Calls
+    Python would refuse are refused the same way; more keywords than the
+    compiled path's array still reach every listener."""
+    import inspect
+
+    Trainer = make(hw)
+    t = Trainer()
+    t.on("on_train_batch_end", lambda self, loss: self.log.append(loss))
+    t.emit("on_train_batch_end", loss=1)
+    hw.emit(t, "on_train_batch_end", loss=2)
+    fire = t.emit
+    fire("on_train_batch_end", loss=3)
+    Trainer.emit(t, "on_train_batch_end", loss=4)
+    fire("on_train_batch_end", **{"loss": 5})
+    assert t.log == [1, 2, 3, 4, 5]
+    Other = make(hw)
+    calls = []
+    hw.on(Other, "on_train_batch_end", lambda cls, loss: calls.append((cls, loss)))
+    hw.emit(Other, "on_train_batch_end", loss=6)
+    assert calls == [(Other, 6)]
+    with pytest.raises(TypeError, match=r"missing 1 required positional argument: 'name'"):
+        t.emit()
+    with pytest.raises(TypeError, match=r"takes 2 positional arguments but 3 were given"):
+        hw.emit(t, "on_fit_end", 1)
+    with pytest.raises(hw.HookError, match=r"int instances have no __dict__"):
+        hw.emit(3, "on_fit_end")
+    many = {f"k{i}": i for i in range(40)}
+    t.on("on_train_batch_end", lambda self, k39=None: self.log.append(k39))
+    t.log.clear()
+    t.emit("on_train_batch_end", loss=0, **many)
+    t.emit("on_train_batch_end", **many, loss=0)
+    assert t.log == [0, 39, 0, 39]
+    assert list(inspect.signature(hw.emit).parameters) == ["target", "name", "kwargs"]

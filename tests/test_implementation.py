@@ -48,12 +48,12 @@ def test_both_implementations_export_the_same_names():
 
     def public(module):
         return {n for n in vars(module) if not n.startswith("_")} - {
-            "annotations", "Any", "Callable", "MethodType", "inspect", "Parameter", "cython",
+            "annotations", "Any", "Callable", "MethodType", "inspect", "Parameter", "cython", "NamedTuple",
         }
 
     assert public(fast) == public(pure)
     for name in ["FUNCTION", "METHOD", "CLASSMETHOD", "POS_ONLY", "POS_OR_KW", "KW_ONLY",
-                 "VAR_POS", "VAR_KW", "RETURN_VALUE", "PRE", "POST", "STATE_KEY"]:
+                 "VAR_POS", "VAR_KW", "RETURN_VALUE", "PRE", "POST", "STATE_KEY", "RECORD_ATTR"]:
         assert getattr(fast, name) == getattr(pure, name), name
     assert fast.MISSING is pure.MISSING
 

@@ -185,6 +185,48 @@ def test_a_callback_with_python_side_effects_runs_once_per_compiled_call(hw):
     assert seen == [1, 2, 3]
 
 
+def test_a_module_emitting_a_custom_event_compiles_and_follows_registrations(hw):
+    """``self.emit`` inside a compiled forward: once the event has been emitted,
+    one graph (fullgraph=True). Gathering an event's listeners is kept out of
+    traces, so a listener added or removed after compiling costs one graph break
+    where it is gathered again, and is followed."""
+
+    class Net(nn.Module, hw.Hookable):
+        emits = ("on_hidden",)
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = nn.Linear(4, 3)
+
+        def forward(self, x):
+            hidden = self.linear(x)
+            self.emit("on_hidden", hidden=hidden, scale=2)
+            return hidden.relu()
+
+    torch.manual_seed(0)
+    model = Net()
+    seen: list[Any] = []
+    model.on("on_hidden", lambda self, hidden: seen.append(("hidden", tuple(hidden.shape))))
+    x = torch.randn(2, 4)
+    model(x)  # gathered and planned eagerly
+    seen.clear()
+    assert torch.allclose(torch.compile(model, backend="eager", fullgraph=True)(x),
+                          model.linear(x).relu())
+    assert seen == [("hidden", (2, 3))]
+    dynamo.reset()
+    compiled = torch.compile(model, backend="eager")
+    handle = model.on("on_hidden", lambda self, scale: seen.append(("scale", scale)))
+    for _ in range(2):
+        seen.clear()
+        compiled(x)
+        assert seen == [("hidden", (2, 3)), ("scale", 2)]
+    handle.remove()
+    for _ in range(2):
+        seen.clear()
+        compiled(x)
+        assert seen == [("hidden", (2, 3))]
+
+
 def test_a_woven_linear_forward_under_compile_and_after_remove(hw):
     torch.manual_seed(0)
     original = nn.Linear.__dict__["forward"]

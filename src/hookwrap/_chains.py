@@ -29,7 +29,7 @@ from ._traced import install, note_planned, traced_dispatch
 from .asyncrun import run_chain_async
 from .events import normalize
 
-__all__ = ["PLANNER", "Planner", "keep_planning_out_of_traces"]
+__all__ = ["PLANNER", "Planner", "keep_planning_out_of_traces", "plans_out_of_traces"]
 
 
 def _build(jp: Any, tp: Any, state: Any, base: Any) -> Any:
@@ -93,21 +93,37 @@ class Planner:
 PLANNER = Planner()
 
 
+# Planners whose entry points (static methods) run on cache misses only.
+_PLANNERS: list[tuple[type, tuple[str, ...]]] = []
+
+
+def plans_out_of_traces(planner: type, *names: str) -> None:
+    """Keep ``planner``'s static methods ``names`` out of torch.compile's traces
+    (see ``keep_planning_out_of_traces``)."""
+    _PLANNERS.append((planner, names))
+    keep_planning_out_of_traces()
+
+
 def keep_planning_out_of_traces() -> None:
-    """Once torch is imported, wrap the planner's entry points in
+    """Once torch is imported, wrap the planners' entry points in
     ``torch.compiler.disable``: under torch.compile, Dynamo would otherwise
     compile each Python frame of chain building (a lock, signatures, weak
     references) that a dispatch reaches, one graph break after another. Only
-    a cache miss reaches the planner, so the wrapper costs a call nothing."""
+    a cache miss reaches a planner, so the wrapper costs a call nothing."""
     compiler = getattr(sys.modules.get("torch"), "compiler", None)
-    if Planner.untraced or compiler is None:
+    if compiler is None:
         return
-    for name in ("type_chain", "instance_chain"):
-        setattr(Planner, name, staticmethod(compiler.disable(getattr(Planner, name))))
-    Planner.untraced = True
+    for planner, names in _PLANNERS:
+        if planner.__dict__.get("untraced"):
+            continue
+        for name in names:
+            setattr(planner, name, staticmethod(compiler.disable(getattr(planner, name))))
+        planner.untraced = True  # type: ignore[attr-defined]
 
 
-keep_planning_out_of_traces()  # torch imported first; else at a chain or a class
+plans_out_of_traces(Planner, "type_chain", "instance_chain")  # now if torch is imported
+
+
 
 
 def _release_hot_caches(phase: str, info: dict[str, Any]) -> None:

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 __all__ = [
     "AROUND", "CLASSMETHOD", "ERROR", "EXCEPTION", "FUNCTION", "JOIN_POINT_ATTR", "KW_ONLY", "MAX_CALLBACK_ARGS", "METHOD", "MISSING",
     "NO_EXTENSIONS", "POST", "POS_ONLY", "POS_OR_KW", "PRE", "RETURN_VALUE", "STATE_KEY",
-    "USING_EXTENSION", "VAR_KW", "VAR_POS", "ArgRef", "Chain", "HookState", "JoinPoint",
-    "Step", "as_attribute", "call_around", "join_point_of", "show_python_twins",
+    "USING_EXTENSION", "VAR_KW", "VAR_POS", "ArgRef", "Chain", "EmitEvent", "EmitStep", "HookState",
+    "JoinPoint", "RECORD_ATTR", "Step", "as_attribute", "call_around", "emitter", "join_point_of",
+    "show_python_twins",
 ]
 
 NO_EXTENSIONS = bool(os.environ.get("HOOKWRAP_NO_EXTENSIONS")) or (
@@ -41,11 +42,14 @@ USING_EXTENSION: bool = impl.__name__.endswith("._fast")
 
 ArgRef = impl.ArgRef
 Chain = impl.Chain
+EmitEvent = impl.EmitEvent
+EmitStep = impl.EmitStep
 HookState = impl.HookState
 JoinPoint = impl.JoinPoint
 Step = impl.Step
 as_attribute = impl.as_attribute
 call_around = impl.call_around
+emitter = impl.emitter
 show_python_twins = impl._show_python_twins
 
 # Plain constants: identical in both implementations (a test checks it).
@@ -64,6 +68,7 @@ from ._fast_py import (  # noqa: E402
     POS_OR_KW,
     POST,
     PRE,
+    RECORD_ATTR,
     RETURN_VALUE,
     STATE_KEY,
     VAR_KW,

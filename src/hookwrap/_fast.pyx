@@ -19,12 +19,18 @@ cimport cython
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.dict cimport PyDict_GetItem
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.sequence cimport PySequence_Fast_ITEMS
 
 from inspect import Parameter
 from inspect import iscoroutinefunction as _iscoroutinefunction
 from types import MethodType
 
+from ._fast_py import EmitStep
+from ._fast_py import emitter as _pure_emitter
+
 from .errors import callback_note as _callback_note
+from .errors import emit_return_error as _emit_return_error
 from .errors import check_var_value as _check_var_value
 from .errors import missing_argument as _missing_argument
 from .errors import proceed_twice as _proceed_twice
@@ -36,6 +42,8 @@ cdef extern from "Python.h":
     object PyObject_Vectorcall(object callable, PyObject **args, size_t nargsf, PyObject *kwnames)
     object PyVectorcall_Call(object callable, object tuple, object dict)
     Py_ssize_t PyVectorcall_NARGS(size_t nargsf)
+    size_t PY_VECTORCALL_ARGUMENTS_OFFSET
+    PyObject *PyDict_GetItemWithError(object d, object key) except? NULL
     PyObject **_PyObject_GetDictPtr(object obj)
 
 cdef extern from *:
@@ -100,6 +108,7 @@ ERROR = C_ERROR
 MISSING = Parameter.empty
 MAX_CALLBACK_ARGS = MAX_STACK - 1  # the C array also holds the object
 STATE_KEY = "__hookwrap__"
+RECORD_ATTR = "__hookwrap_class__"
 JOIN_POINT_ATTR = "__hookwrap_join_point__"
 
 # Chains come from the planner handed to each JoinPoint when it is built
@@ -168,10 +177,13 @@ cdef class Step
 
 
 cdef object _call_step(Step step, PyObject **stack, Py_ssize_t m, Py_ssize_t nkw):
+    """Call ``step.fn`` with ``stack``, whose ``stack[-1]`` is ours to lend: a bound
+    method (a Callback's) puts its object there instead of copying the array."""
     try:
         if nkw:
-            return PyObject_Vectorcall(step.fn, stack, m - nkw, <PyObject *>step.kwnames)
-        return PyObject_Vectorcall(step.fn, stack, m, NULL)
+            return PyObject_Vectorcall(step.fn, stack, (m - nkw) | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                       <PyObject *>step.kwnames)
+        return PyObject_Vectorcall(step.fn, stack, m | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL)
     except BaseException as exc:
         exc.add_note(_callback_note(step.label, step.event))
         raise
@@ -214,7 +226,8 @@ cdef class Step:
 
     cpdef object invoke(self, object obj, object args, object kwargs, object result):
         """Call the callback with the arguments it named; return what it returned."""
-        cdef PyObject *stack[MAX_STACK]
+        cdef PyObject *space[MAX_STACK + 1]
+        cdef PyObject **stack = space + 1  # space[0]: see _call_step
         cdef Py_ssize_t n = 0, i
         cdef Py_ssize_t nkw = len(self.kwnames)
         cdef ArgRef ref
@@ -334,15 +347,15 @@ cdef class Chain:
 
 # --- The fast path: one plan per call shape ------------------------------------
 #
-# For a chain of plain pre/post callbacks (the common case), the argument each
+# For a chain of pre/post callbacks and around advice (the common case), the argument each
 # callback asks for sits at a fixed place in the caller's argument array once
 # the call's shape (how many positional arguments, which keyword names) is
 # known. _ShapePlan records those places; a call then copies the caller's
 # argument pointers, calls each callback with vectorcall, applies the return
 # contract, writes replacements back in place, and calls the function with the
-# same array: no list, dict or tuple built. Anything else (var-args, around or
-# error advice, a pre callback replacing an argument the caller did not pass)
-# takes the general path.
+# same array (around advice: see _around_from): no list, dict or tuple built.
+# Anything else (var-args, error advice, a pre callback replacing an argument
+# the caller did not pass) takes the general path.
 
 cdef enum:
     SLOT_DEFAULT = -1
@@ -366,6 +379,8 @@ cdef class _ShapePlan:
     cdef object kwnames
     cdef tuple pre
     cdef tuple post
+    cdef tuple around  # None: no around advice
+    cdef Py_ssize_t skip  # leading arguments around advice does not see (the object)
 
 
 cdef _ShapePlan _plan_shape(Chain chain, Py_ssize_t nargs, object kwnames):
@@ -378,7 +393,7 @@ cdef _ShapePlan _plan_shape(Chain chain, Py_ssize_t nargs, object kwnames):
     plan.nargs = nargs
     plan.kwnames = kwnames
     plan.fit = False
-    if chain.around or chain.error or nargs + len(names) > MAX_STACK:
+    if chain.error or nargs + len(names) + 2 > MAX_STACK:  # around adds [obj, proceed]
         return plan
     shaped = {}
     for phase, steps in ((C_PRE, chain.pre), (C_POST, chain.post)):
@@ -413,6 +428,9 @@ cdef _ShapePlan _plan_shape(Chain chain, Py_ssize_t nargs, object kwnames):
         shaped[phase] = tuple(out)
     plan.pre = shaped[C_PRE]
     plan.post = shaped[C_POST]
+    if chain.around:
+        plan.around = chain.around
+        plan.skip = 1 if (<Step>chain.around[0]).pass_obj else 0
     plan.fit = True
     return plan
 
@@ -448,7 +466,8 @@ cdef inline unsigned long long _store(PyObject **buf, unsigned long long owned, 
 cdef object _run_fast(_ShapePlan plan, object func, object obj, PyObject **args,
                       Py_ssize_t nargs, PyObject *kwnames):
     cdef PyObject *buf[MAX_STACK]
-    cdef PyObject *stack[MAX_STACK]
+    cdef PyObject *space[MAX_STACK + 1]
+    cdef PyObject **stack = space + 1  # space[0]: see _call_step
     cdef unsigned long long owned = 0  # bit i: buf[i] is a reference we hold
     cdef Py_ssize_t total = nargs, i, m, slot, n
     cdef _StepShape shape
@@ -483,7 +502,11 @@ cdef object _run_fast(_ShapePlan plan, object func, object obj, PyObject **args,
                     raise _return_error(step, raw, shape.names)
             for i in range(n):
                 owned = _store(buf, owned, shape.slots[i], (<tuple>raw)[i])
-        result = PyObject_Vectorcall(func, buf, nargs, kwnames)
+        if plan.around is None:
+            result = PyObject_Vectorcall(func, buf, nargs, kwnames)
+        else:
+            result = _around_from(plan.around, 0, func, obj, buf + plan.skip, nargs - plan.skip,
+                                  kwnames)
         for shape in plan.post:
             step = shape.step
             if step.gate is not None and not step.gate.admit(obj):
@@ -503,17 +526,29 @@ cdef class HookState:
     """Per-instance hook state, stored in ``obj.__dict__[STATE_KEY]``."""
 
     cdef public dict chains
+    cdef public dict emit_cache  # custom event -> EmitEvent (see emit)
+    cdef object last_jp  # the join point of the last chain served, and that chain:
+    cdef Chain last_chain  # a call on the same join point skips the dict probe
 
     def __cinit__(self, *args, **kwargs):
         self.chains = {}
+        self.emit_cache = {}
 
     cpdef Chain chain_for(self, JoinPoint jp, Chain type_chain):
         cdef PyObject *cached = PyDict_GetItem(self.chains, jp)
         if cached is not NULL and (<Chain>cached).valid and (<Chain>cached).base is type_chain:
-            return <Chain>cached
-        chain = jp.planner.instance_chain(self, jp, type_chain)
-        self.chains[jp] = chain
+            chain = <Chain>cached
+        else:
+            chain = jp.planner.instance_chain(self, jp, type_chain)
+            self.chains[jp] = chain
+        self.last_jp = jp
+        self.last_chain = chain
         return chain
+
+    def forget_last_chain(self):
+        """Drop the last-chain cache (its chain was dropped: let it be freed)."""
+        self.last_jp = None
+        self.last_chain = None
 
 
 cdef Chain _NO_CHAIN = Chain(MISSING, False, (), ())
@@ -528,6 +563,7 @@ cdef object _join_point_vectorcall(JoinPoint self, PyObject **args, size_t nargs
     cdef Chain chain
     cdef PyObject **dictptr
     cdef PyObject *state
+    cdef HookState hooks
     cdef _ShapePlan plan
     cdef list call_args
     cdef dict call_kwargs
@@ -548,9 +584,14 @@ cdef object _join_point_vectorcall(JoinPoint self, PyObject **args, size_t nargs
     if chain.check_state:
         dictptr = _PyObject_GetDictPtr(obj)
         if dictptr is not NULL and dictptr[0] is not NULL:
-            state = PyDict_GetItem(<object>dictptr[0], STATE_KEY)
+            state = PyDict_GetItemWithError(<object>dictptr[0], STATE_KEY)
             if state is not NULL:
-                chain = (<HookState>state).chain_for(self, chain)
+                hooks = <HookState>state
+                if (hooks.last_jp is self and hooks.last_chain.valid
+                        and hooks.last_chain.base is chain):
+                    chain = hooks.last_chain
+                else:
+                    chain = hooks.chain_for(self, chain)
     if chain.empty:
         return PyObject_Vectorcall(self.func, args, nargsf, kwnames)
     if not self.is_async:
@@ -652,14 +693,16 @@ _probe = None
 cdef object _pure_copy = None  # _traced.pure_chain, handed in by _show_python_twins
 
 
-def _show_python_twins(get, call, pure_copy):
+def _show_python_twins(get, call, pure_copy, emit_get, emit_call):
     """Give ``JoinPoint.__get__`` and ``JoinPoint.__call__`` Python twins, for
-    Dynamo to trace, and ``Chain.traced`` its copier (see _traced); the C slots
-    still serve every call."""
+    Dynamo to trace, and ``Chain.traced`` its copier; likewise the ``emit``
+    object's (see _traced). The C slots still serve every call."""
     global _pure_copy
     _pure_copy = pure_copy
     hookwrap_set_type_dict_item(<PyTypeObject *>JoinPoint, "__get__", get)
     hookwrap_set_type_dict_item(<PyTypeObject *>JoinPoint, "__call__", call)
+    hookwrap_set_type_dict_item(<PyTypeObject *>_Emitter, "__get__", emit_get)
+    hookwrap_set_type_dict_item(<PyTypeObject *>_Emitter, "__call__", emit_call)
 
 
 cdef object _run_owned(Chain chain, object func, object obj, list args, dict kwargs):
@@ -701,10 +744,31 @@ def run_error_steps(Chain chain, obj, list args, dict kwargs, exc):
             step.absorb(obj, args, kwargs, raw, None)
 
 
+# --- Around advice ------------------------------------------------------------
+#
+# An around callback is called with vectorcall: [obj, proceed, the call's own
+# arguments], keyword names as the caller gave them. ``proceed`` is a Proceed
+# with vectorcall too, so ``proceed(batch)`` reaches the next advice or the
+# function with no tuple or dict built on the way.
+
+
+cdef extern from *:
+    """
+    static void hookwrap_enable_plain_vectorcall(PyTypeObject *t, Py_ssize_t offset) {
+        t->tp_flags |= Py_TPFLAGS_HAVE_VECTORCALL;
+        t->tp_vectorcall_offset = offset;
+        PyType_Modified(t);
+    }
+    """
+    void hookwrap_enable_plain_vectorcall(PyTypeObject *t, Py_ssize_t offset)
+
+
 @cython.final
+@cython.freelist(8)
 cdef class Proceed:
     """What an around callback calls to run the rest: inner advice, then the function."""
 
+    cdef void *vectorcall
     cdef readonly tuple around
     cdef readonly Py_ssize_t index
     cdef readonly object func
@@ -712,44 +776,286 @@ cdef class Proceed:
     cdef readonly bint called
     cdef readonly object raised
 
+    def __cinit__(self, *args, **kwargs):
+        self.vectorcall = <void *>_proceed_vectorcall
+
     def __init__(self, tuple around, Py_ssize_t index, func, obj):
         self.around = around
         self.index = index
         self.func = func
         self.obj = obj
-        self.called = False
-        self.raised = None
 
     def __call__(self, *args, **kwargs):
-        if self.called:
-            raise _proceed_twice(self.around[self.index])
-        self.called = True
+        return PyVectorcall_Call(self, args, kwargs)
+
+
+cdef Proceed _proceed_probe = Proceed.__new__(Proceed)
+hookwrap_enable_plain_vectorcall(
+    <PyTypeObject *>Proceed,
+    <Py_ssize_t>(<char *>&_proceed_probe.vectorcall - <char *><PyObject *>_proceed_probe))
+_proceed_probe = None
+
+
+cdef object _proceed_vectorcall(Proceed self, PyObject **args, size_t nargsf, PyObject *kwnames):
+    if self.called:
+        raise _proceed_twice(self.around[self.index])
+    self.called = True
+    try:
+        return _around_from(self.around, self.index + 1, self.func, self.obj, args,
+                            PyVectorcall_NARGS(nargsf), kwnames)
+    except BaseException as exc:
+        self.raised = exc  # passed through: not the around callback's own error
+        raise
+
+
+cdef object _around_from(tuple around, Py_ssize_t index, object func, object obj,
+                         PyObject **args, Py_ssize_t nargs, PyObject *kwnames):
+    """Call around advice ``index`` (skipping filtered ones), or the function,
+    with the call's own arguments ``args`` (``nargs`` positional, then the
+    values of ``kwnames``)."""
+    cdef Py_ssize_t n = len(around), total = nargs, i, lead
+    cdef PyObject *local[MAX_STACK + 1]
+    cdef PyObject **stack = local + 1  # stack[-1]: see _call_step
+    cdef PyObject **spill = NULL
+    cdef Step step
+    cdef Proceed proceed = None
+    if kwnames is not NULL:
+        total += len(<tuple>kwnames)
+    while index < n:
+        step = around[index]
+        if step.gate is None or step.gate.admit(obj):
+            break
+        index += 1
+    if index < n:
+        proceed = Proceed.__new__(Proceed)
+        proceed.around = around
+        proceed.index = index
+        proceed.func = func
+        proceed.obj = obj
+        lead = 2 if step.pass_obj else 1
+    else:
+        lead = 1 if (<Step>around[0]).pass_obj else 0
+    if total + lead > MAX_STACK:
+        spill = <PyObject **>PyMem_Malloc((total + lead + 1) * sizeof(PyObject *))
+        if spill is NULL:
+            raise MemoryError()
+        stack = spill + 1
+    try:
+        for i in range(total):
+            stack[lead + i] = args[i]
+        if lead:
+            stack[0] = <PyObject *>obj
+        if proceed is None:  # no advice left: the function
+            return PyObject_Vectorcall(func, stack, (nargs + lead) | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                       kwnames)
+        stack[lead - 1] = <PyObject *>proceed
         try:
-            return call_around(self.around, self.index + 1, self.func, self.obj, args, kwargs)
+            return PyObject_Vectorcall(step.fn, stack,
+                                       (nargs + lead) | PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames)
         except BaseException as exc:
-            self.raised = exc  # passed through: not the around callback's own error
+            if exc is not proceed.raised:
+                exc.add_note(_callback_note(step.label, step.event))
             raise
+    finally:
+        PyMem_Free(spill)
 
 
 cpdef object call_around(tuple around, Py_ssize_t index, object func, object obj,
                          tuple args, dict kwargs):
     """Call around advice ``index`` (skipping filtered ones), or the function."""
-    cdef Py_ssize_t n = len(around)
-    cdef Step step
-    cdef Proceed proceed
-    while index < n:
-        step = around[index]
-        if step.gate is None or step.gate.admit(obj):
-            proceed = Proceed(around, index, func, obj)
-            try:
-                if step.pass_obj:
-                    return step.fn(obj, proceed, *args, **kwargs)
-                return step.fn(proceed, *args, **kwargs)
-            except BaseException as exc:
-                if exc is not proceed.raised:
-                    exc.add_note(_callback_note(step.label, step.event))
-                raise
-        index += 1
-    if around[0].pass_obj:
-        return func(obj, *args, **kwargs)
-    return func(*args, **kwargs)
+    cdef Py_ssize_t nargs = len(args), nkw = len(kwargs) if kwargs else 0, i
+    cdef PyObject *local[MAX_STACK]
+    cdef PyObject **flat = local
+    cdef tuple kwnames = None
+    cdef list values
+    if nkw == 0:
+        return _around_from(around, index, func, obj,
+                            PySequence_Fast_ITEMS(args), nargs, NULL)
+    kwnames = tuple(kwargs)
+    values = list(kwargs.values())
+    if nargs + nkw > MAX_STACK:
+        flat = <PyObject **>PyMem_Malloc((nargs + nkw) * sizeof(PyObject *))
+        if flat is NULL:
+            raise MemoryError()
+    try:
+        for i in range(nargs):
+            flat[i] = <PyObject *>args[i]
+        for i in range(nkw):
+            flat[nargs + i] = <PyObject *>values[i]
+        return _around_from(around, index, func, obj, flat, nargs, <PyObject *>kwnames)
+    finally:
+        if flat is not local:
+            PyMem_Free(flat)
+
+
+# --- Custom events: obj.emit(name, **kw) and hookwrap.emit(obj, name, **kw) ----
+#
+# Steps are the pure twin's EmitStep tuples (read here by index), so that the
+# pure twin's emit runs over this twin's plans too: it is what torch.compile's
+# Dynamo traces in this object's place (_traced).
+#
+# One object serves both spellings: a method descriptor with vectorcall, so
+# ``obj.emit("x", k=v)`` arrives as [obj, "x", v] with the call site's constant
+# keyword-name tuple, the same array ``emit(obj, "x", k=v)`` passes. That tuple
+# is the call shape; a listener taking every keyword gets the caller's values
+# and names as they came: no dict is built.
+
+
+@cython.final
+cdef class EmitEvent:
+    """One custom event's listeners on one owner, and its plan per call shape
+    (the keyword names emitted, in order), the last one used kept at hand."""
+
+    cdef readonly tuple listeners
+    cdef readonly dict plans
+    cdef object last_shape
+    cdef tuple last_plan
+
+    def __init__(self, tuple listeners):
+        self.listeners = listeners
+        self.plans = {}
+
+
+cdef tuple _NO_KEYWORDS = ()
+
+
+cdef object _emit_vectorcall(_Emitter self, PyObject **args, size_t nargsf, PyObject *kwnames):
+    cdef Py_ssize_t nargs = PyVectorcall_NARGS(nargsf)
+    cdef Py_ssize_t nkw = 0
+    cdef PyObject *found = NULL
+    cdef PyObject **dictptr
+    cdef object target, name, tp, shape
+    cdef object cache = None
+    cdef EmitEvent event
+    cdef tuple plan
+    if nargs != 2:  # a malformed call: the twin reports it as Python would
+        return PyObject_Vectorcall(self.twin, args, nargsf, kwnames)
+    if kwnames is not NULL:
+        nkw = len(<tuple>kwnames)
+    target = <object>args[0]
+    name = <object>args[1]
+    if isinstance(target, type):
+        tp = target
+    else:
+        tp = type(target)
+        dictptr = _PyObject_GetDictPtr(target)
+        if dictptr is not NULL and dictptr[0] is not NULL:
+            found = PyDict_GetItem(<object>dictptr[0], STATE_KEY)
+            if found is not NULL:
+                cache = (<HookState>found).emit_cache
+    if cache is None and (<PyTypeObject *>tp).tp_dict is not NULL:  # NULL: a static type (3.12+)
+        found = PyDict_GetItem(<object>(<PyTypeObject *>tp).tp_dict, RECORD_ATTR)
+        if found is not NULL:
+            cache = getattr(<object>found, "emit_cache")
+    found = PyDict_GetItem(cache, name) if cache is not None else NULL
+    if found is not NULL:
+        event = <EmitEvent>found
+    else:
+        event = self.planner.gather(target, tp, name)
+    shape = <object>kwnames if kwnames is not NULL else _NO_KEYWORDS
+    if event.last_shape is shape:
+        plan = event.last_plan
+    else:
+        plan = event.plans.get(shape)
+        if plan is None:
+            plan = self.planner.plan(event, shape, tp, name)
+        event.last_shape = shape
+        event.last_plan = plan
+    if not plan:
+        return None
+    if nkw < MAX_STACK:
+        _run_emit(plan, target, name, args + 2, nkw, kwnames)
+        return None
+    cdef PyObject **spill = <PyObject **>PyMem_Malloc(2 * (nkw + 2) * sizeof(PyObject *))
+    if spill is NULL:
+        raise MemoryError()
+    try:  # two arrays of nkw + 1, each after a slot to lend (see _call_step)
+        _run_emit_with(plan, target, name, args + 2, nkw, kwnames, spill + 1, spill + nkw + 3)
+    finally:
+        PyMem_Free(spill)
+    return None
+
+
+cdef inline int _run_emit(tuple plan, object target, object name, PyObject **values,
+                          Py_ssize_t nkw, PyObject *kwnames) except -1:
+    cdef PyObject *stack[MAX_STACK + 1]
+    cdef PyObject *picked[MAX_STACK + 1]
+    return _run_emit_with(plan, target, name, values, nkw, kwnames, stack + 1, picked + 1)
+
+
+cdef int _run_emit_with(tuple plan, object target, object name, PyObject **values,
+                        Py_ssize_t nkw, PyObject *kwnames, PyObject **stack,
+                        PyObject **picked) except -1:
+    """Call each listener of ``plan``: with the caller's keywords as they came
+    (``stack``), or with the ones it takes, gathered in ``picked`` (each array
+    with a slot to lend before it: see _call_step)."""
+    cdef Py_ssize_t i, n
+    cdef tuple step  # an EmitStep (a tuple subclass): fn, gate, take, names, label
+    cdef object raw, gate, take, entry
+    stack[0] = <PyObject *>target
+    for i in range(nkw):
+        stack[i + 1] = values[i]
+    for entry in plan:
+        step = <tuple>entry
+        gate = step[1]
+        if gate is not None and not gate.admit(target):
+            continue
+        take = step[2]
+        try:
+            if take is None:
+                raw = PyObject_Vectorcall(step[0], stack, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames)
+            else:
+                picked[0] = <PyObject *>target
+                n = len(<tuple>take)
+                for i in range(n):
+                    picked[i + 1] = stack[<Py_ssize_t>(<tuple>take)[i] + 1]
+                raw = PyObject_Vectorcall(step[0], picked, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                          <PyObject *>step[3] if n else NULL)
+        except BaseException as exc:
+            exc.add_note(_callback_note(step[4], name))
+            raise
+        if raw is not None:
+            raise _emit_return_error(step[4], name, raw)
+    return 0
+
+
+@cython.final
+cdef class _Emitter:
+    """``emit(target, name, /, **kwargs)``: call the callbacks of custom event
+    ``name`` on ``target``, each with the keywords it names. Also stored as
+    ``Hookable.emit``, where it binds like a method."""
+
+    cdef void *vectorcall
+    cdef readonly object planner  # see _fast_py.emitter
+    cdef readonly object twin  # the pure twin's emit: see emitter
+    cdef dict __dict__
+
+    def __cinit__(self, *args, **kwargs):
+        self.vectorcall = <void *>_emit_vectorcall
+
+    def __init__(self, planner, twin):
+        self.planner = planner
+        self.twin = twin
+        for attr in ("__name__", "__qualname__", "__module__", "__doc__"):
+            setattr(self, attr, getattr(twin, attr))
+        self.__wrapped__ = twin  # inspect.signature reads the twin's
+
+    def __get__(self, obj, cls):
+        if obj is None:
+            return self
+        return PyMethod_New(self, obj)
+
+    def __call__(self, *args, **kwargs):
+        return PyVectorcall_Call(self, args, kwargs)
+
+
+cdef _Emitter _emit_probe = _Emitter.__new__(_Emitter)
+hookwrap_enable_vectorcall(<PyTypeObject *>_Emitter,
+                           <Py_ssize_t>(<char *>&_emit_probe.vectorcall - <char *><PyObject *>_emit_probe))
+_emit_probe = None
+
+
+def emitter(planner):
+    """The ``emit`` function: compiled, with the pure twin's behind it to report
+    a malformed call as Python would, and for Dynamo to trace."""
+    return _Emitter(planner, _pure_emitter(planner))

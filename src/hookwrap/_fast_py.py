@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import inspect
 from types import MethodType
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from .errors import callback_note as _callback_note
+from .errors import emit_return_error as _emit_return_error
 from .errors import check_var_value as _check_var_value
 from .errors import missing_argument as _missing_argument
 from .errors import proceed_twice as _proceed_twice
@@ -45,6 +46,8 @@ MISSING = inspect.Parameter.empty
 # compiled twin calls it from a fixed C array; both twins refuse more alike).
 MAX_CALLBACK_ARGS = 31
 STATE_KEY = "__hookwrap__"
+# Where a class keeps its record (``_owners.ClassRecord``).
+RECORD_ATTR = "__hookwrap_class__"
 # The pure twin stores a join point's dispatch function, which carries it here.
 JOIN_POINT_ATTR = "__hookwrap_join_point__"
 
@@ -227,10 +230,11 @@ class Chain:
 class HookState:
     """Per-instance hook state, stored in ``obj.__dict__[STATE_KEY]``."""
 
-    __slots__ = ("chains",)
+    __slots__ = ("chains", "emit_cache")
 
     def __init__(self) -> None:
         self.chains: dict[Any, Chain] = {}
+        self.emit_cache: dict[str, EmitEvent] = {}  # custom event -> its listeners (see emit)
 
     def chain_for(self, jp: JoinPoint, type_chain: Chain) -> Chain:
         chain = self.chains.get(jp)
@@ -238,6 +242,9 @@ class HookState:
             chain = jp.planner.instance_chain(self, jp, type_chain)
             self.chains[jp] = chain
         return chain
+
+    def forget_last_chain(self) -> None:
+        """Nothing to drop: only the compiled twin keeps a last chain per instance."""
 
 
 _NO_CHAIN = Chain(MISSING, False, (), ())
@@ -300,7 +307,7 @@ class JoinPoint:
         return str(getattr(self, "__qualname__"))
 
 
-def _show_python_twins(get: Any, call: Any, pure_copy: Any) -> None:
+def _show_python_twins(get: Any, call: Any, pure_copy: Any, emit_get: Any, emit_call: Any) -> None:
     """Nothing to do here: this twin's join points are Python already (see _traced)."""
 
 
@@ -539,3 +546,76 @@ def _compile_runner(chain: Chain, nargs: int) -> Any:
     source = "def run(func, obj, args):\n" + "".join(f"    {line}\n" for line in body)
     exec(compile(source, "<hookwrap runner>", "exec"), ns)  # noqa: S102 - generated from plans
     return ns["run"]
+
+
+# --- Custom events: obj.emit(name, **kw) and hookwrap.emit(obj, name, **kw) ----
+
+
+class EmitStep(NamedTuple):
+    """One listener of a custom event, planned for one call shape: ``take`` holds
+    the places (among the keywords emitted) of the ones it is passed, named
+    ``names``; None when it takes them all."""
+
+    fn: Callable[..., Any]
+    gate: Any
+    take: tuple[int, ...] | None
+    names: tuple[str, ...]
+    label: str
+
+
+class EmitEvent:
+    """One custom event's listeners on one owner, and its plan per call shape
+    (the keyword names emitted, in order). The emit function below also runs
+    over the compiled twin's (torch.compile traces it in place of that one's)."""
+
+    __slots__ = ("listeners", "plans")
+
+    def __init__(self, listeners: tuple[Any, ...]) -> None:
+        self.listeners = listeners
+        self.plans: dict[tuple[str, ...], tuple[EmitStep, ...]] = {}
+
+
+_NO_DICT: dict[str, Any] = {}
+
+
+def emitter(planner: Any) -> Callable[..., None]:
+    """The ``emit`` function. On a miss it asks ``planner.gather(target, tp, name)``
+    for the event's listeners (which it caches on their owner) and
+    ``planner.plan(event, shape, tp, name)`` for a call shape's steps (which it
+    keeps in ``event.plans``)."""
+
+    def emit(target: Any, name: str, /, **kwargs: Any) -> None:
+        """Call the callbacks of custom event ``name`` on ``target``, each with the
+        keywords it names (and ``target`` as its first argument)."""
+        if isinstance(target, type):
+            tp = target
+            state = None
+        else:
+            tp = type(target)
+            state = getattr(target, "__dict__", _NO_DICT).get(STATE_KEY)
+        if state is not None:
+            event = state.emit_cache.get(name)
+        else:
+            record = tp.__dict__.get(RECORD_ATTR)
+            event = record.emit_cache.get(name) if record is not None else None
+        if event is None:
+            event = planner.gather(target, tp, name)
+        shape = tuple(kwargs)
+        steps = event.plans.get(shape)
+        if steps is None:
+            steps = planner.plan(event, shape, tp, name)
+        for fn, gate, take, names, label in steps:
+            if gate is not None and not gate.admit(target):
+                continue
+            try:
+                if take is None:  # it takes every keyword emitted
+                    result = fn(target, **kwargs)
+                else:
+                    result = fn(target, **{k: kwargs[k] for k in names})
+            except BaseException as exc:
+                exc.add_note(_callback_note(label, name))
+                raise
+            if result is not None:
+                raise _emit_return_error(label, name, result)
+
+    return emit

@@ -26,6 +26,7 @@ import threading
 import weakref
 from typing import Any, Iterator
 
+from ._dispatch import RECORD_ATTR
 from .errors import HookError
 from .events import normalize
 
@@ -49,8 +50,6 @@ __all__ = [
 # One lock for every registration and every chain build (re-entrant: a build
 # checks a class tier, which may find join points).
 lock = threading.RLock()
-
-RECORD_ATTR = "__hookwrap_class__"
 
 
 class Record:

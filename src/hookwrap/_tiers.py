@@ -280,7 +280,6 @@ class InstanceHooks(HookState):
     def __init__(self, cls: type, callbacks: Iterable[Any] = ()) -> None:
         super().__init__()
         self.cls = cls
-        self.emit_cache: dict[str, Any] = {}
         record = class_record(cls)
         assert record is not None
         with lock:  # from now on, calls on `cls` instances look for instance state
@@ -299,6 +298,7 @@ class InstanceHooks(HookState):
         """Invalidate and drop this instance's chains of ``event`` (None: all);
         returns them (``_owners.drop_chains``)."""
         dropped = drop_chains(self.chains, event)
+        self.forget_last_chain()
         if event is None:
             self.emit_cache.clear()
         else:

@@ -36,11 +36,11 @@ from ._dispatch import (
     CLASSMETHOD,
     FUNCTION,
     JOIN_POINT_ATTR,
+    RECORD_ATTR,
     STATE_KEY,
     USING_EXTENSION,
     show_python_twins,
 )
-from ._owners import RECORD_ATTR
 
 __all__ = [
     "drop_compiled_code", "dynamo_call", "dynamo_get", "install", "note_planned", "pure_chain",
@@ -182,5 +182,18 @@ def dynamo_call(self: Any, *args: Any, **kwargs: Any) -> Any:
     return traced_dispatch(self, args, kwargs)
 
 
+def dynamo_emit_get(self: Any, obj: Any, cls: Any = None) -> Any:
+    """``emit``'s ``__get__`` as Dynamo sees it: the pure twin's emit (which runs
+    over the compiled twin's plans), bound."""
+    if obj is None:
+        return self
+    return functools.partial(self.__wrapped__, obj)
+
+
+def dynamo_emit_call(self: Any, *args: Any, **kwargs: Any) -> Any:
+    """``emit``'s ``__call__`` as Dynamo sees it."""
+    return self.__wrapped__(*args, **kwargs)
+
+
 if USING_EXTENSION:
-    show_python_twins(dynamo_get, dynamo_call, pure_chain)
+    show_python_twins(dynamo_get, dynamo_call, pure_chain, dynamo_emit_get, dynamo_emit_call)

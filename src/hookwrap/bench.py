@@ -60,6 +60,13 @@ def scenarios(hw: Any) -> dict[str, Scenario]:
 
         return wrapper
 
+    def hand_wrap(f: Callable[..., Any]) -> Callable[..., Any]:
+        # What around advice replaces: a closure calling what it wraps.
+        def wrapper(self: Any, batch: Any) -> Any:
+            return f(self, batch)
+
+        return wrapper
+
     @wrapt.decorator
     def passthrough(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         return wrapped(*args, **kwargs)
@@ -98,6 +105,10 @@ def scenarios(hw: Any) -> dict[str, Scenario]:
         def build(cls, batch: Any) -> Any:
             return batch
 
+        @classmethod
+        def bare_build(cls, batch: Any) -> Any:
+            return batch
+
     def free_bare(batch: Any) -> Any:
         return batch
 
@@ -108,6 +119,7 @@ def scenarios(hw: Any) -> dict[str, Scenario]:
     out["bare function"] = ("fn(batch)", {"fn": free_bare, "batch": batch})
     out["functools.wraps closure"] = ("obj.wrapped_closure(batch)", {"obj": plain, "batch": batch})
     out["wrapt.decorator pass-through"] = ("obj.wrapped_wrapt(batch)", {"obj": plain, "batch": batch})
+    out["bare classmethod"] = ("cls.bare_build(batch)", {"cls": Model, "batch": batch})
     # Instance callbacks on one object make its class look for instance state on
     # every call; measure that apart from the plain "nothing registered" case.
     class Shared(Model):
@@ -121,6 +133,11 @@ def scenarios(hw: Any) -> dict[str, Scenario]:
         loop.counts = [0] * k
         out[f"hand loop k={k}"] = ("obj.hand_loop(batch)", {"obj": loop, "batch": batch})
         out[f"hand loop every=2 k={k}"] = ("obj.hand_loop_every_2(batch)", {"obj": loop, "batch": batch})
+        wrapped = body
+        for _ in range(k):
+            wrapped = hand_wrap(wrapped)
+        hand = type("HandWrapped", (Model,), {"wrapped": wrapped})()
+        out[f"hand wrap k={k}"] = ("obj.wrapped(batch)", {"obj": hand, "batch": batch})
         for kind, verb, fn, extra in [
             ("pre", "before", _pre, {}),
             ("post", "after", _post, {}),
@@ -243,6 +260,8 @@ def table(ratios: dict[str, float], implementation: str) -> str:
     lines.append("")
     function = ratios[f"hookwrap function pre k={KS[0]}"] / ratios["bare function"]
     lines.append(f"  hookable plain function, nothing registered, vs a bare function call: {function:.2f}x")
+    cm = ratios[f"hookwrap classmethod pre k={KS[0]}"] / ratios["bare classmethod"]
+    lines.append(f"  hookable classmethod, nothing registered, vs a bare classmethod call: {cm:.2f}x")
     lines.append("")
     lines.append(f"  per-callback cost (slope over k = {', '.join(map(str, KS))}), and its ratio to the hand-written loop's:")
     lines.append(f"  {'hand loop':<36}{hand * unit * 1e9:>10.1f}{1:>8.2f}x")
@@ -254,6 +273,10 @@ def table(ratios: dict[str, float], implementation: str) -> str:
     every = _slope(ratios, "hookwrap pre every=2")
     lines.append(f"  {'hand loop every=2 (count, % 2)':<36}{hand_every * unit * 1e9:>10.1f}{1:>8.2f}x")
     lines.append(f"  {'hookwrap pre every=2, vs that':<36}{every * unit * 1e9:>10.1f}{every / hand_every:>8.2f}x")
+    hand_wrap = _slope(ratios, "hand wrap")
+    around = _slope(ratios, "hookwrap around")
+    lines.append(f"  {'hand wrap (a closure calling it)':<36}{hand_wrap * unit * 1e9:>10.1f}{1:>8.2f}x")
+    lines.append(f"  {'hookwrap around, vs that':<36}{around * unit * 1e9:>10.1f}{around / hand_wrap:>8.2f}x")
     hand_emit = _slope(ratios, "hand emit loop")
     emit = _slope(ratios, "hookwrap emit")
     lines.append(f"  {'hand emit loop (keyword call)':<36}{hand_emit * unit * 1e9:>10.1f}{1:>8.2f}x")

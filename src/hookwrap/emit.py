@@ -1,23 +1,23 @@
 """Custom events: ``obj.emit("on_validation_end", metrics=m)`` (Lightning Fabric's
 ``call``). Each callback gets only the keywords it names; which ones is worked
-out once per callback, not per call (Fabric runs ``inspect.signature`` on
-every call)."""
+out once per listener and call shape, not per call (Fabric runs
+``inspect.signature`` on every call). The per-call runner is the dispatch's
+(``_dispatch.emitter``); this module gathers listeners and plans shapes."""
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
+from ._chains import keep_planning_out_of_traces, plans_out_of_traces
 from ._checks import check_event
-from ._dispatch import STATE_KEY
-from ._owners import RECORD_ATTR, class_record, lock
+from ._dispatch import EmitEvent, EmitStep, emitter
+from ._owners import class_record, lock
 from ._tiers import entries_for, instance_state
-from .errors import CallbackReturnError, HookError, callback_note
+from .errors import HookError
 from .events import CUSTOM
 from .signature import callable_label, callback_parameters
 
-__all__ = ["emit", "emit_with"]
-
-_NO_DICT: dict[str, Any] = {}
+__all__ = ["emit"]
 
 
 class _Listener:
@@ -35,36 +35,42 @@ class _Listener:
         self.required = frozenset(p.name for p in params if p.default is p.empty)
 
 
-class _Event:
-    """One custom event's listeners on one owner, and a call plan per call shape
-    (the keyword names emitted, in order): what each listener is passed."""
+class EmitPlanner:
+    """What ``emit`` asks on a cache miss: an event's listeners (``gather``), what
+    each is passed for a call shape (``plan``). Kept out of torch.compile's traces."""
 
-    __slots__ = ("listeners", "plans")
+    untraced = False
 
-    def __init__(self, listeners: tuple[_Listener, ...]) -> None:
-        self.listeners = listeners
-        self.plans: dict[tuple[str, ...], tuple[tuple[Any, Any, Any, str], ...]] = {}
+    @staticmethod
+    def gather(target: Any, tp: type, name: str) -> EmitEvent:
+        keep_planning_out_of_traces()
+        return _gather(target, tp, name)
 
-    def plan(self, shape: tuple[str, ...], where: str) -> tuple[tuple[Any, Any, Any, str], ...]:
-        """(fn, gate, the names to pass or None for all of them, label) per listener;
-        a listener missing a keyword it requires fails here, every time."""
-        steps = []
-        for listener in self.listeners:
-            missing = listener.required.difference(shape)
-            if missing:
-                raise HookError(
-                    f"{where}: callback {listener.label} needs {', '.join(sorted(missing))}, but "
-                    f"the event was emitted with {', '.join(sorted(shape)) or 'no keywords'}. Give "
-                    f"those parameters a default, or pass them to emit()."
-                )
-            names = tuple(k for k in listener.names if k in shape)
-            steps.append((listener.fn, listener.gate, None if set(names) == set(shape) else names,
-                          listener.label))
-        plan = self.plans[shape] = tuple(steps)
-        return plan
+    @staticmethod
+    def plan(event: EmitEvent, shape: tuple[str, ...], tp: type, name: str) -> tuple[EmitStep, ...]:
+        return _plan(event, shape, tp, name)
 
 
-def _gather(target: Any, tp: type, name: str) -> _Event:
+def _plan(event: EmitEvent, shape: tuple[str, ...], tp: type, name: str) -> tuple[EmitStep, ...]:
+    """What each listener is passed when the keywords ``shape`` are emitted; a
+    listener missing a keyword it requires fails here, every time."""
+    steps = []
+    for listener in event.listeners:
+        missing = listener.required.difference(shape)
+        if missing:
+            raise HookError(
+                f"{_where(tp, name)}: callback {listener.label} needs {', '.join(sorted(missing))}, "
+                f"but the event was emitted with {', '.join(sorted(shape)) or 'no keywords'}. Give "
+                f"those parameters a default, or pass them to emit()."
+            )
+        names = tuple(k for k in listener.names if k in shape)
+        take = None if set(names) == set(shape) else tuple(shape.index(k) for k in names)
+        steps.append(EmitStep(listener.fn, listener.gate, take, names, listener.label))
+    plan = event.plans[shape] = tuple(steps)
+    return plan
+
+
+def _gather(target: Any, tp: type, name: str) -> EmitEvent:
     """The listeners of ``name``, kept in the instance's state or the class's record
     until a registration of that event drops them (``_owners``); the event is
     checked when they are gathered, so an unknown one fails on every emit."""
@@ -75,55 +81,19 @@ def _gather(target: Any, tp: type, name: str) -> _Event:
         check_event(tp, CUSTOM, name, _where(tp, name))
         with lock:  # a registration meanwhile must not be missed
             entries = entries_for(name, True, tp, None, state)
-            event = _Event(tuple(_Listener(e.fn, e.options.gate if e.options else None)
-                                 for e in entries))
+            event = EmitEvent(tuple(_Listener(e.fn, e.options.gate if e.options else None)
+                                    for e in entries))
             cache[name] = event
-    return cast(_Event, event)
+    return cast(EmitEvent, event)
 
 
 def _where(tp: type, name: str) -> str:
     return f"emit({tp.__qualname__}, {name!r})"
 
 
-def emit(target: Any, name: str, /, **kwargs: Any) -> None:
-    """Call the callbacks of custom event ``name`` on ``target``, each with the
-    keywords it names (and ``target`` as its first argument). Planned like a join
-    point: listeners per owner and event, what to pass per call shape."""
-    emit_with(target, name, kwargs)
-
-
-def emit_with(target: Any, name: str, kwargs: dict[str, Any]) -> None:
-    """``emit`` with the keywords as a dict (the mixin's ``emit`` passes its own)."""
-    if isinstance(target, type):
-        tp = target
-        state = None
-    else:
-        tp = type(target)
-        state = getattr(target, "__dict__", _NO_DICT).get(STATE_KEY)
-    if state is not None:
-        event = state.emit_cache.get(name)
-    else:
-        record = tp.__dict__.get(RECORD_ATTR)
-        event = record.emit_cache.get(name) if record is not None else None
-    if event is None:
-        event = _gather(target, tp, name)
-    shape = tuple(kwargs)
-    plan = event.plans.get(shape)
-    if plan is None:
-        plan = event.plan(shape, _where(tp, name))
-    for fn, gate, names, label in plan:
-        if gate is not None and not gate.admit(target):
-            continue
-        try:
-            if names is None:  # it takes every keyword emitted
-                result = fn(target, **kwargs)
-            else:
-                result = fn(target, **{k: kwargs[k] for k in names})
-        except BaseException as exc:
-            exc.add_note(callback_note(label, name))
-            raise
-        if result is not None:
-            raise CallbackReturnError(
-                f"callback {label} for custom event {name!r} returned "
-                f"{type(result).__name__}; custom event callbacks observe and return None."
-            )
+if TYPE_CHECKING:
+    def emit(target: Any, name: str, /, **kwargs: Any) -> None:
+        """Call the callbacks of custom event ``name`` on ``target``."""
+else:
+    emit = emitter(EmitPlanner)
+plans_out_of_traces(EmitPlanner, "gather", "plan")

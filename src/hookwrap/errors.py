@@ -110,6 +110,13 @@ def return_error(step: Any, raw: Any, names: tuple[str, ...]) -> CallbackReturnE
     )
 
 
+def emit_return_error(label: str, name: str, result: Any) -> CallbackReturnError:
+    return CallbackReturnError(
+        f"callback {label} for custom event {name!r} returned {type(result).__name__}; "
+        f"custom event callbacks observe and return None."
+    )
+
+
 def _short_repr(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."

@@ -9,7 +9,7 @@ from ._dispatch import STATE_KEY
 from ._registration import Handle, register
 from ._tiers import InstanceHooks, instance_state
 from .callback import Callback, add_callback
-from .emit import emit_with
+from .emit import emit
 from .errors import HookError
 from .events import CUSTOM
 from .hookable import hookable
@@ -86,9 +86,11 @@ class Hookable:
         """Run ``fn`` when this object emits custom event ``name``."""
         return register(self, CUSTOM, name, fn, options)
 
-    def emit(self, name: str, /, **kwargs: Any) -> None:
-        """Fire custom event ``name`` (declared in ``emits``) with keyword arguments."""
-        emit_with(self, name, kwargs)
+    if TYPE_CHECKING:
+        def emit(self, name: str, /, **kwargs: Any) -> None:
+            """Fire custom event ``name`` (declared in ``emits``) with keyword arguments."""
+    else:
+        emit = emit  # hookwrap.emit itself: it binds like a method (see _dispatch.emitter)
 
     def add_callback(self, callback: Callback, /, **options: Any) -> Handle:
         """Register each event method of a ``hookwrap.Callback`` on this object, each

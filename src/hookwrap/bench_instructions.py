@@ -1,0 +1,258 @@
+"""Instructions per call of each dispatch scenario, counted with callgrind.
+
+Timed ratios on a shared machine move by 10% from run to run; instruction counts
+do not. Each scenario runs in its own process under ``valgrind --tool=callgrind``
+twice, for N1 and N2 calls; the difference per call cancels start-up and imports
+(a fixed PYTHONHASHSEED keeps start-up identical). Every hookwrap scenario has a
+hand-written twin calling the same callables, so a ratio compares only what
+hookwrap adds. Run ``python -m hookwrap.bench_instructions`` (``--pure`` for the
+pure twin); it needs valgrind and takes a few minutes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+N1, N2 = 2_000, 22_000
+
+
+def _pre(self: Any, batch: Any) -> Any:
+    return batch
+
+
+def _pre_free(batch: Any) -> Any:
+    return batch
+
+
+def _around(self: Any, proceed: Any, batch: Any) -> Any:
+    return proceed(batch)
+
+
+def _listen(self: Any, batch: Any) -> None:
+    return None
+
+
+def setup(name: str) -> tuple[str, dict[str, Any]]:
+    """The statement making one call of scenario ``name``, and its namespace."""
+    import hookwrap as hw
+
+    class Model(hw.Hookable):
+        emits = ("on_batch",)
+        fns: tuple[Any, ...] = ()
+
+        def bare(self, batch: Any) -> Any:
+            return batch
+
+        @classmethod
+        def bare_build(cls, batch: Any) -> Any:
+            return batch
+
+        def hand_loop(self, batch: Any) -> Any:
+            for f in self.fns:
+                batch = f(self, batch)
+            return batch
+
+        def hand_emit(self, batch: Any) -> None:
+            for f in self.fns:
+                f(self, batch=batch)
+
+        @hw.hookable
+        def step(self, batch: Any) -> Any:
+            return batch
+
+        @hw.hookable
+        @classmethod
+        def build(cls, batch: Any) -> Any:
+            return batch
+
+    class Declared(Model):
+        callbacks = [("pre-step", _pre)]
+
+    class GlobalPre(hw.Callback):
+        def pre_step(self, trainer: Any, batch: Any) -> Any:
+            return batch
+
+    fns: tuple[Any, ...] = ()
+
+    def free_bare(batch: Any) -> Any:
+        return batch
+
+    def hand_free_loop(batch: Any) -> Any:
+        for f in fns:
+            batch = f(batch)
+        return batch
+
+    @hw.hookable
+    def free(batch: Any) -> Any:
+        return batch
+
+    def wrapper(self: Any, batch: Any) -> Any:  # a hand-written around
+        return Model.bare(self, batch)
+
+    batch = [1, 2, 3]
+    obj = Model()
+    method = ("obj.step(batch)", {"obj": obj, "batch": batch})
+    if name == "bare method":
+        return "obj.bare(batch)", {"obj": obj, "batch": batch}
+    if name == "bare function":
+        return "fn(batch)", {"fn": free_bare, "batch": batch}
+    if name == "bare classmethod":
+        return "cls.bare_build(batch)", {"cls": Model, "batch": batch}
+    if name == "hand loop k=1":
+        obj.fns = (_pre,)
+        return "obj.hand_loop(batch)", {"obj": obj, "batch": batch}
+    if name == "hand loop of a bound method k=1":
+        obj.fns = (GlobalPre().pre_step,)
+        return "obj.hand_loop(batch)", {"obj": obj, "batch": batch}
+    if name == "hand function loop k=1":
+        fns = (_pre_free,)
+        return "fn(batch)", {"fn": hand_free_loop, "batch": batch}
+    if name == "hand wrap k=1":
+        return "fn(obj, batch)", {"fn": wrapper, "obj": obj, "batch": batch}
+    if name == "hand emit loop k=1":
+        obj.fns = (_listen,)
+        return "obj.hand_emit(batch)", {"obj": obj, "batch": batch}
+    if name == "hookwrap k=0":
+        return method
+    if name == "hookwrap k=0, a sibling has callbacks":
+        Model().before("step", _pre)
+        return method
+    if name == "hookwrap k=0, a subclass of a hookable class":
+        Model().step(batch)  # the join point last ran for the base class
+        return "obj.step(batch)", {"obj": type("Sub", (Model,), {})(), "batch": batch}
+    if name == "hookwrap function k=0":
+        return "fn(batch)", {"fn": free, "batch": batch}
+    if name == "hookwrap classmethod k=0":
+        return "cls.build(batch)", {"cls": Model, "batch": batch}
+    if name == "hookwrap class tier (declared list) k=1":
+        return "obj.step(batch)", {"obj": Declared(), "batch": batch}
+    if name == "hookwrap class tier (hw.before(Cls)) k=1":
+        hw.before(Model, "step", _pre)
+        return method
+    if name == "hookwrap instance tier k=1":
+        obj.before("step", _pre)
+        return method
+    if name == "hookwrap function tier k=1":
+        free.before(_pre_free)
+        return "fn(batch)", {"fn": free, "batch": batch}
+    if name == "hookwrap global tier k=1":
+        hw.register_global_callback(GlobalPre())
+        return method
+    if name == "hookwrap around k=1":
+        obj.around("step", _around)
+        return method
+    if name == "hookwrap emit k=1":
+        obj.on("on_batch", _listen)
+        return "obj.emit('on_batch', batch=batch)", {"obj": obj, "batch": batch}
+    raise KeyError(name)
+
+
+# (scenario, what it is compared with)
+ROWS = [
+    ("bare method", None),
+    ("bare function", None),
+    ("bare classmethod", None),
+    ("hookwrap k=0", "bare method"),
+    ("hookwrap k=0, a sibling has callbacks", "bare method"),
+    ("hookwrap k=0, a subclass of a hookable class", "bare method"),
+    ("hookwrap function k=0", "bare function"),
+    ("hookwrap classmethod k=0", "bare classmethod"),
+    ("hand loop k=1", None),
+    ("hookwrap class tier (declared list) k=1", "hand loop k=1"),
+    ("hookwrap class tier (hw.before(Cls)) k=1", "hand loop k=1"),
+    ("hookwrap instance tier k=1", "hand loop k=1"),
+    ("hand loop of a bound method k=1", None),
+    ("hookwrap global tier k=1", "hand loop of a bound method k=1"),
+    ("hand function loop k=1", None),
+    ("hookwrap function tier k=1", "hand function loop k=1"),
+    ("hand wrap k=1", None),
+    ("hookwrap around k=1", "hand wrap k=1"),
+    ("hand emit loop k=1", None),
+    ("hookwrap emit k=1", "hand emit loop k=1"),
+]
+
+
+def run(name: str, n: int) -> None:
+    """Make ``n`` calls of scenario ``name`` (what callgrind counts)."""
+    statement, namespace = setup(name)
+    # A function, so that the loop reads its names as fast locals.
+    loop = f"def loop({', '.join(namespace)}):\n    for _ in range({n}):\n        {statement}\n"
+    scope: dict[str, Any] = {}
+    exec(compile(loop, "<scenario>", "exec"), scope)  # noqa: S102 - our own statement
+    scope["loop"](**namespace)
+
+
+CALLBACKS = {"_pre", "_pre_free", "_around", "_listen", "pre_step", "wrapper"}
+
+
+def check(name: str) -> None:
+    """Make one call of scenario ``name`` and check it: the batch comes back (None
+    from emit) and the callbacks it names ran, once each with k=1, never with k=0."""
+    statement, namespace = setup(name)
+    calls: list[str] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code.co_name in CALLBACKS:
+            calls.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        result = eval(statement, namespace)  # noqa: S307 - our own statement
+    finally:
+        sys.setprofile(None)
+    expected = None if "emit" in name else [1, 2, 3]
+    ran = 1 if name.endswith("k=1") else 0
+    if result != expected or len(calls) != ran:
+        raise AssertionError(f"{name}: returned {result!r} (expected {expected!r}), "
+                             f"ran callbacks {calls} (expected {ran})")
+
+
+def count(name: str, n: int, env: dict[str, str]) -> int:
+    out = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+         sys.executable, "-m", "hookwrap.bench_instructions", "--run", name, str(n)],
+        capture_output=True, text=True, env=env, check=True)
+    for line in out.stderr.splitlines():
+        if "Collected" in line:
+            return int(line.split()[-1])
+    raise RuntimeError(f"callgrind printed no count for {name!r}:\n{out.stderr[-2000:]}")
+
+
+def table(pure: bool) -> str:
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    if pure:
+        env["HOOKWRAP_NO_EXTENSIONS"] = "1"
+    jobs = [(name, n) for name, _ in ROWS for n in (N1, N2)]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # counts ignore load
+        counts = dict(zip(jobs, pool.map(lambda job: count(job[0], job[1], env), jobs)))
+    per_call = {name: (counts[name, N2] - counts[name, N1]) / (N2 - N1) for name, _ in ROWS}
+    twin = "pure Python twin" if pure else "compiled"
+    lines = [f"instructions per call ({twin}; callgrind, {N2} - {N1} calls, the loop included)", "",
+             f"  {'scenario':<48}{'instructions':>13}  ratio"]
+    for name, base in ROWS:
+        ratio = f"{per_call[name] / per_call[base]:>6.2f}x {base}" if base else ""
+        lines.append(f"  {name:<48}{per_call[name]:>13,.0f}  {ratio}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--run"]:
+        run(argv[1], int(argv[2]))
+        return 0
+    if argv[:1] == ["--check"]:
+        check(argv[1])
+        return 0
+    if shutil.which("valgrind") is None:
+        print("hookwrap.bench_instructions needs valgrind (apt install valgrind)", file=sys.stderr)
+        return 2
+    print(table(pure="--pure" in argv))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
