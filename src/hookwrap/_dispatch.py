@@ -17,7 +17,7 @@ __all__ = [
     "AROUND", "CLASSMETHOD", "ERROR", "EXCEPTION", "FUNCTION", "JOIN_POINT_ATTR", "KW_ONLY", "MAX_CALLBACK_ARGS", "METHOD", "MISSING",
     "NO_EXTENSIONS", "POST", "POS_ONLY", "POS_OR_KW", "PRE", "RETURN_VALUE", "STATE_KEY",
     "USING_EXTENSION", "VAR_KW", "VAR_POS", "ArgRef", "Chain", "EmitEvent", "EmitStep", "HookState",
-    "JoinPoint", "RECORD_ATTR", "Step", "as_attribute", "call_around", "emitter", "join_point_of",
+    "JoinPoint", "RECORD_ATTR", "Step", "as_attribute", "call_around", "emit_runner", "emitter", "join_point_of",
     "show_python_twins",
 ]
 
@@ -49,6 +49,7 @@ JoinPoint = impl.JoinPoint
 Step = impl.Step
 as_attribute = impl.as_attribute
 call_around = impl.call_around
+emit_runner = impl.emit_runner
 emitter = impl.emitter
 show_python_twins = impl._show_python_twins
 

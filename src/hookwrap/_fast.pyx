@@ -26,7 +26,7 @@ from inspect import Parameter
 from inspect import iscoroutinefunction as _iscoroutinefunction
 from types import MethodType
 
-from ._fast_py import EmitStep
+from ._fast_py import EmitStep, emit_runner
 from ._fast_py import emitter as _pure_emitter
 
 from .errors import callback_note as _callback_note
@@ -747,7 +747,7 @@ def run_error_steps(Chain chain, obj, list args, dict kwargs, exc):
 # --- Around advice ------------------------------------------------------------
 #
 # An around callback is called with vectorcall: [obj, proceed, the call's own
-# arguments], keyword names as the caller gave them. ``proceed`` is a Proceed
+# arguments], keyword names as the caller gave them. ``proceed`` is a _Proceed
 # with vectorcall too, so ``proceed(batch)`` reaches the next advice or the
 # function with no tuple or dict built on the way.
 
@@ -765,7 +765,7 @@ cdef extern from *:
 
 @cython.final
 @cython.freelist(8)
-cdef class Proceed:
+cdef class _Proceed:
     """What an around callback calls to run the rest: inner advice, then the function."""
 
     cdef void *vectorcall
@@ -789,14 +789,14 @@ cdef class Proceed:
         return PyVectorcall_Call(self, args, kwargs)
 
 
-cdef Proceed _proceed_probe = Proceed.__new__(Proceed)
+cdef _Proceed _proceed_probe = _Proceed.__new__(_Proceed)
 hookwrap_enable_plain_vectorcall(
-    <PyTypeObject *>Proceed,
+    <PyTypeObject *>_Proceed,
     <Py_ssize_t>(<char *>&_proceed_probe.vectorcall - <char *><PyObject *>_proceed_probe))
 _proceed_probe = None
 
 
-cdef object _proceed_vectorcall(Proceed self, PyObject **args, size_t nargsf, PyObject *kwnames):
+cdef object _proceed_vectorcall(_Proceed self, PyObject **args, size_t nargsf, PyObject *kwnames):
     if self.called:
         raise _proceed_twice(self.around[self.index])
     self.called = True
@@ -818,7 +818,7 @@ cdef object _around_from(tuple around, Py_ssize_t index, object func, object obj
     cdef PyObject **stack = local + 1  # stack[-1]: see _call_step
     cdef PyObject **spill = NULL
     cdef Step step
-    cdef Proceed proceed = None
+    cdef _Proceed proceed = None
     if kwnames is not NULL:
         total += len(<tuple>kwnames)
     while index < n:
@@ -827,7 +827,7 @@ cdef object _around_from(tuple around, Py_ssize_t index, object func, object obj
             break
         index += 1
     if index < n:
-        proceed = Proceed.__new__(Proceed)
+        proceed = _Proceed.__new__(_Proceed)
         proceed.around = around
         proceed.index = index
         proceed.func = func
@@ -908,12 +908,14 @@ cdef class EmitEvent:
 
     cdef readonly tuple listeners
     cdef readonly dict plans
+    cdef readonly dict runners  # the pure twin's emit keeps its runners here (see _traced)
     cdef object last_shape
     cdef tuple last_plan
 
     def __init__(self, tuple listeners):
         self.listeners = listeners
         self.plans = {}
+        self.runners = {}
 
 
 cdef tuple _NO_KEYWORDS = ()

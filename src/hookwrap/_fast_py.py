@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 from types import MethodType
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, cast
 
 from .errors import callback_note as _callback_note
 from .errors import emit_return_error as _emit_return_error
@@ -428,74 +428,73 @@ def run_error_steps(chain: Chain, obj: Any, args: list[Any], kwargs: dict[str, A
             step.absorb(obj, args, kwargs, raw, None)
 
 
-class Proceed:
-    """What an around callback calls to run the rest: inner advice, then the function."""
-
-    __slots__ = ("around", "index", "func", "obj", "called", "raised")
-
-    def __init__(self, around: tuple[Step, ...], index: int, func: Callable[..., Any],
-                 obj: Any) -> None:
-        self.around = around
-        self.index = index
-        self.func = func
-        self.obj = obj
-        self.called = False
-        self.raised: BaseException | None = None
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self.called:
-            raise _proceed_twice(self.around[self.index])
-        self.called = True
-        try:
-            return call_around(self.around, self.index + 1, self.func, self.obj, args, kwargs)
-        except BaseException as exc:
-            self.raised = exc  # passed through: not the around callback's own error
-            raise
-
-
 def call_around(around: tuple[Step, ...], index: int, func: Callable[..., Any], obj: Any,
                 args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Call around advice ``index`` (skipping filtered ones), or the function."""
+    """Call around advice ``index`` (skipping filtered ones), or the function.
+    The advice's ``proceed`` is a closure: cheaper to make than an object."""
     n = len(around)
     while index < n:
         step = around[index]
         if step.gate is None or step.gate.admit(obj):
-            proceed = Proceed(around, index, func, obj)
-            try:
-                if step.pass_obj:
-                    return step.fn(obj, proceed, *args, **kwargs)
-                return step.fn(proceed, *args, **kwargs)
-            except BaseException as exc:
-                if exc is not proceed.raised:
-                    exc.add_note(_callback_note(step.label, step.event))
-                raise
+            break
         index += 1
-    if around[0].pass_obj:
-        return func(obj, *args, **kwargs)
-    return func(*args, **kwargs)
+    else:
+        if around[0].pass_obj:
+            return func(obj, *args, **kwargs)
+        return func(*args, **kwargs)
+    pass_obj = around[0].pass_obj
+    called = False
+    raised: BaseException | None = None
+
+    def proceed(*args: Any, **kwargs: Any) -> Any:
+        """Run the rest: inner advice, then the function (at most once)."""
+        nonlocal called, raised
+        if called:
+            raise _proceed_twice(step)
+        called = True
+        try:
+            if index + 1 == n:  # the innermost advice: the function itself
+                return func(obj, *args, **kwargs) if pass_obj else func(*args, **kwargs)
+            return call_around(around, index + 1, func, obj, args, kwargs)
+        except BaseException as exc:
+            raised = exc  # passed through: not the around callback's own error
+            raise
+
+    try:
+        if step.pass_obj:
+            return step.fn(obj, proceed, *args, **kwargs)
+        return step.fn(proceed, *args, **kwargs)
+    except BaseException as exc:
+        if exc is not raised:
+            exc.add_note(_callback_note(step.label, step.event))
+        raise
 
 
 # --- Compiled runners: the pure twin's fast path ------------------------------
 #
-# For a chain of plain pre/post callbacks and a call with N positional
-# arguments, generate the straight-line code a person would write: call each
-# callback with the arguments it named, check what it returned, rebind the
-# local, call the function. A per-call interpreter loop over plans costs ~20x a
+# For a chain of pre/post callbacks (and around advice) and a call with N
+# positional arguments, generate the straight-line code a person would write:
+# call each callback with the arguments it named, check what it returned,
+# rebind the local, call the function (or the around advice, which calls it). A per-call interpreter loop over plans costs ~20x a
 # hand-written loop in pure Python; this costs about what the hand loop does.
 
 
 def _compile_runner(chain: Chain, nargs: int) -> Any:
     """A function ``run(func, obj, args)`` for calls with ``nargs`` positional
     arguments and no keywords, or False where the general path is needed."""
-    if chain.around or chain.error:
+    if chain.error:
         return False
     names = [f"a{i}" for i in range(nargs)]
-    ns: dict[str, Any] = {"RE": _return_error, "NOTE": _callback_note}
+    ns: dict[str, Any] = {"RE": _return_error, "NOTE": _callback_note, "AROUND": chain.around,
+                          "CALL_AROUND": call_around}
     body: list[str] = []
     if nargs:
         body.append(f"{', '.join(names)}, = args")
     for phase, steps in ((PRE, chain.pre), (POST, chain.post)):
-        if phase == POST:
+        if phase == POST and chain.around:  # advice sees the call's arguments, not the object
+            seen = names[1:] if chain.around[0].pass_obj else names
+            body.append(f"result = CALL_AROUND(AROUND, 0, func, obj, ({''.join(n + ', ' for n in seen)}), {{}})")
+        elif phase == POST:
             body.append(f"result = func({', '.join(names)})")
         for i, step in enumerate(steps):
             tag = f"{'P' if phase == PRE else 'Q'}{i}"
@@ -568,11 +567,12 @@ class EmitEvent:
     (the keyword names emitted, in order). The emit function below also runs
     over the compiled twin's (torch.compile traces it in place of that one's)."""
 
-    __slots__ = ("listeners", "plans")
+    __slots__ = ("listeners", "plans", "runners")
 
     def __init__(self, listeners: tuple[Any, ...]) -> None:
         self.listeners = listeners
         self.plans: dict[tuple[str, ...], tuple[EmitStep, ...]] = {}
+        self.runners: dict[tuple[str, ...], Callable[..., None]] = {}  # the pure emit's
 
 
 _NO_DICT: dict[str, Any] = {}
@@ -582,7 +582,7 @@ def emitter(planner: Any) -> Callable[..., None]:
     """The ``emit`` function. On a miss it asks ``planner.gather(target, tp, name)``
     for the event's listeners (which it caches on their owner) and
     ``planner.plan(event, shape, tp, name)`` for a call shape's steps (which it
-    keeps in ``event.plans``)."""
+    keeps in ``event.plans``, and their ``emit_runner`` in ``event.runners``)."""
 
     def emit(target: Any, name: str, /, **kwargs: Any) -> None:
         """Call the callbacks of custom event ``name`` on ``target``, each with the
@@ -601,21 +601,34 @@ def emitter(planner: Any) -> Callable[..., None]:
         if event is None:
             event = planner.gather(target, tp, name)
         shape = tuple(kwargs)
-        steps = event.plans.get(shape)
-        if steps is None:
-            steps = planner.plan(event, shape, tp, name)
-        for fn, gate, take, names, label in steps:
-            if gate is not None and not gate.admit(target):
-                continue
-            try:
-                if take is None:  # it takes every keyword emitted
-                    result = fn(target, **kwargs)
-                else:
-                    result = fn(target, **{k: kwargs[k] for k in names})
-            except BaseException as exc:
-                exc.add_note(_callback_note(label, name))
-                raise
-            if result is not None:
-                raise _emit_return_error(label, name, result)
+        run = event.runners.get(shape)
+        if run is None:  # plan the shape: its steps, and their runner (emit_runner)
+            planner.plan(event, shape, tp, name)
+            run = event.runners[shape]
+        run(target, name, kwargs)
 
     return emit
+
+
+def emit_runner(steps: tuple[EmitStep, ...]) -> Callable[..., None]:
+    """``run(target, name, kwargs)``: the steps of one call shape as straight-line
+    code (see _compile_runner), each listener called with what it takes."""
+    ns: dict[str, Any] = {"NOTE": _callback_note, "RETURNED": _emit_return_error}
+    body: list[str] = []
+    for i, (fn, gate, take, names, label) in enumerate(steps):
+        ns[f"F{i}"], ns[f"G{i}"], ns[f"L{i}"] = fn, gate, label
+        passed = "".join(f", {key}=kwargs[{key!r}]" for key in names) if take is not None else ", **kwargs"
+        block = [
+            "try:",
+            f"    r = F{i}(target{passed})",
+            "except BaseException as e:",
+            f"    e.add_note(NOTE(L{i}, name))",
+            "    raise",
+            f"if r is not None: raise RETURNED(L{i}, name, r)",
+        ]
+        if gate is not None:
+            block = [f"if G{i}.admit(target):"] + ["    " + line for line in block]
+        body += block
+    source = "def run(target, name, kwargs):\n" + "".join(f"    {line}\n" for line in body or ["pass"])
+    exec(compile(source, "<hookwrap emit runner>", "exec"), ns)  # noqa: S102 - generated from plans
+    return cast(Callable[..., None], ns["run"])

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ._chains import keep_planning_out_of_traces, plans_out_of_traces
 from ._checks import check_event
-from ._dispatch import EmitEvent, EmitStep, emitter
+from ._dispatch import EmitEvent, EmitStep, emit_runner, emitter
 from ._owners import class_record, lock
 from ._tiers import entries_for, instance_state
 from .errors import HookError
@@ -52,8 +52,9 @@ class EmitPlanner:
 
 
 def _plan(event: EmitEvent, shape: tuple[str, ...], tp: type, name: str) -> tuple[EmitStep, ...]:
-    """What each listener is passed when the keywords ``shape`` are emitted; a
-    listener missing a keyword it requires fails here, every time."""
+    """What each listener is passed when the keywords ``shape`` are emitted (and
+    those steps as the pure twin's straight-line runner); a listener missing a
+    keyword it requires fails here, every time."""
     steps = []
     for listener in event.listeners:
         missing = listener.required.difference(shape)
@@ -67,6 +68,7 @@ def _plan(event: EmitEvent, shape: tuple[str, ...], tp: type, name: str) -> tupl
         take = None if set(names) == set(shape) else tuple(shape.index(k) for k in names)
         steps.append(EmitStep(listener.fn, listener.gate, take, names, listener.label))
     plan = event.plans[shape] = tuple(steps)
+    event.runners[shape] = emit_runner(plan)  # what the pure twin's emit runs
     return plan
 
 
