@@ -618,11 +618,25 @@ cdef object _join_point_vectorcall(JoinPoint self, PyObject **args, size_t nargs
     return _run_owned(chain, self.func, obj, call_args, call_kwargs)
 
 
-@cython.final
-cdef class JoinPoint:
-    """A hookable function or method: a descriptor that dispatches its callbacks."""
+cdef class _BindsLikeAFunction:
+    """A callable with vectorcall (its ``vectorcall`` field; see
+    hookwrap_enable_vectorcall) that binds to an instance as a function does."""
 
     cdef void *vectorcall
+
+    def __get__(self, obj, cls):
+        if obj is None:
+            return self
+        return PyMethod_New(self, obj)
+
+    def __call__(self, *args, **kwargs):
+        return PyVectorcall_Call(self, args, kwargs)
+
+
+@cython.final
+cdef class JoinPoint(_BindsLikeAFunction):
+    """A hookable function or method: a descriptor that dispatches its callbacks."""
+
     cdef public object func
     cdef public object event
     cdef public bint explicit_event
@@ -665,14 +679,6 @@ cdef class JoinPoint:
         if self.binding == C_FUNCTION:  # defined in a class body: an instance method
             self.binding = C_METHOD
         self.planner.named(self, owner, name)  # on an nn.Module: what Dynamo can trace
-
-    def __get__(self, obj, cls):
-        if obj is None:
-            return self
-        return PyMethod_New(self, obj)
-
-    def __call__(self, *args, **kwargs):
-        return PyVectorcall_Call(self, args, kwargs)
 
     def __reduce__(self):
         # Pickle by reference, like the function it wraps.
@@ -1022,12 +1028,11 @@ cdef int _run_emit_with(tuple plan, object target, object name, PyObject **value
 
 
 @cython.final
-cdef class _Emitter:
+cdef class _Emitter(_BindsLikeAFunction):
     """``emit(target, name, /, **kwargs)``: call the callbacks of custom event
     ``name`` on ``target``, each with the keywords it names. Also stored as
     ``Hookable.emit``, where it binds like a method."""
 
-    cdef void *vectorcall
     cdef readonly object planner  # see _fast_py.emitter
     cdef readonly object twin  # the pure twin's emit: see emitter
     cdef dict __dict__
@@ -1041,14 +1046,6 @@ cdef class _Emitter:
         for attr in ("__name__", "__qualname__", "__module__", "__doc__"):
             setattr(self, attr, getattr(twin, attr))
         self.__wrapped__ = twin  # inspect.signature reads the twin's
-
-    def __get__(self, obj, cls):
-        if obj is None:
-            return self
-        return PyMethod_New(self, obj)
-
-    def __call__(self, *args, **kwargs):
-        return PyVectorcall_Call(self, args, kwargs)
 
 
 cdef _Emitter _emit_probe = _Emitter.__new__(_Emitter)

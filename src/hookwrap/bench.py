@@ -43,6 +43,52 @@ def _listen(self: Any, batch: Any) -> None:
 Scenario = tuple[str, dict[str, Any]]  # (statement, namespace) timed as written
 
 
+def model_class(hw: Any) -> Any:
+    """The class the scenarios call: bare methods, the hand-written loops that
+    stand for hookwrap, and the join points (also used by bench_instructions)."""
+
+    class Model(hw.Hookable):
+        emits = ("on_batch",)
+        fns: tuple[Any, ...] = ()
+        counts: list[int] = []
+
+        def bare(self, batch: Any) -> Any:
+            return batch
+
+        @classmethod
+        def bare_build(cls, batch: Any) -> Any:
+            return batch
+
+        def hand_loop(self, batch: Any) -> Any:
+            for f in self.fns:
+                batch = f(self, batch)
+            return batch
+
+        def hand_loop_every_2(self, batch: Any) -> Any:
+            # What every=2 replaces: a counter and a modulo test per callback.
+            counts = self.counts
+            for i, f in enumerate(self.fns):
+                counts[i] += 1
+                if counts[i] % 2 == 0:
+                    batch = f(self, batch)
+            return batch
+
+        def hand_emit(self, batch: Any) -> None:
+            for f in self.fns:
+                f(self, batch=batch)
+
+        @hw.hookable
+        def step(self, batch: Any) -> Any:
+            return batch
+
+        @hw.hookable
+        @classmethod
+        def build(cls, batch: Any) -> Any:
+            return batch
+
+    return Model
+
+
 def scenarios(hw: Any) -> dict[str, Scenario]:
     """Name -> the statement making one call of that kind, and its namespace.
 
@@ -71,43 +117,9 @@ def scenarios(hw: Any) -> dict[str, Scenario]:
     def passthrough(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         return wrapped(*args, **kwargs)
 
-    class Model(hw.Hookable):
-        fns: tuple[Any, ...] = ()
-
-        def bare(self, batch: Any) -> Any:
-            return batch
-
-        def hand_loop(self, batch: Any) -> Any:
-            for f in self.fns:
-                batch = f(self, batch)
-            return batch
-
-        counts: list[int] = []
-
-        def hand_loop_every_2(self, batch: Any) -> Any:
-            # What every=2 replaces: a counter and a modulo test per callback.
-            counts = self.counts
-            for i, f in enumerate(self.fns):
-                counts[i] += 1
-                if counts[i] % 2 == 0:
-                    batch = f(self, batch)
-            return batch
-
-        wrapped_closure = closure_deco(body)
-        wrapped_wrapt = passthrough(body)
-
-        @hw.hookable
-        def step(self, batch: Any) -> Any:
-            return batch
-
-        @hw.hookable
-        @classmethod
-        def build(cls, batch: Any) -> Any:
-            return batch
-
-        @classmethod
-        def bare_build(cls, batch: Any) -> Any:
-            return batch
+    Model = model_class(hw)
+    Model.wrapped_closure = closure_deco(body)
+    Model.wrapped_wrapt = passthrough(body)
 
     def free_bare(batch: Any) -> Any:
         return batch
@@ -122,8 +134,7 @@ def scenarios(hw: Any) -> dict[str, Scenario]:
     out["bare classmethod"] = ("cls.bare_build(batch)", {"cls": Model, "batch": batch})
     # Instance callbacks on one object make its class look for instance state on
     # every call; measure that apart from the plain "nothing registered" case.
-    class Shared(Model):
-        pass
+    Shared = type("Shared", (Model,), {})
 
     Shared().before("step", _pre)
     out["hookwrap k=0, a sibling has callbacks"] = ("obj.step(batch)", {"obj": Shared(), "batch": batch})
@@ -157,21 +168,13 @@ def scenarios(hw: Any) -> dict[str, Scenario]:
             free.before(_pre_free)
         out[f"hookwrap function pre k={k}"] = ("fn(batch)", {"fn": free, "batch": batch})
 
-        class Sub(Model):
-            pass
+        Sub = type("Sub", (Model,), {})
 
         for _ in range(k):
             hw.before(Sub, "build", lambda cls, batch: batch)
         out[f"hookwrap classmethod pre k={k}"] = ("cls.build(batch)", {"cls": Sub, "batch": batch})
     # Custom events: emit() with k listeners, against a hand-written loop over them.
-    class Emitter(hw.Hookable):
-        emits = ("on_batch",)
-        fns: tuple[Any, ...] = ()
-
-        def hand_emit(self, batch: Any) -> None:
-            for f in self.fns:
-                f(self, batch=batch)
-
+    Emitter = type("Emitter", (Model,), {})  # its instances' listeners stay off Model
     for k in KS:
         emitter, hand = Emitter(), Emitter()
         hand.fns = (_listen,) * k

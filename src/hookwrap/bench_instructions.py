@@ -21,57 +21,15 @@ from typing import Any
 N1, N2 = 2_000, 22_000
 
 
-def _pre(self: Any, batch: Any) -> Any:
-    return batch
-
-
-def _pre_free(batch: Any) -> Any:
-    return batch
-
-
-def _around(self: Any, proceed: Any, batch: Any) -> Any:
-    return proceed(batch)
-
-
-def _listen(self: Any, batch: Any) -> None:
-    return None
-
-
 def setup(name: str) -> tuple[str, dict[str, Any]]:
     """The statement making one call of scenario ``name``, and its namespace."""
     import hookwrap as hw
 
-    class Model(hw.Hookable):
-        emits = ("on_batch",)
-        fns: tuple[Any, ...] = ()
+    from .bench import _around, _listen, _pre, _pre_free, model_class
 
-        def bare(self, batch: Any) -> Any:
-            return batch
+    Model = model_class(hw)
 
-        @classmethod
-        def bare_build(cls, batch: Any) -> Any:
-            return batch
-
-        def hand_loop(self, batch: Any) -> Any:
-            for f in self.fns:
-                batch = f(self, batch)
-            return batch
-
-        def hand_emit(self, batch: Any) -> None:
-            for f in self.fns:
-                f(self, batch=batch)
-
-        @hw.hookable
-        def step(self, batch: Any) -> Any:
-            return batch
-
-        @hw.hookable
-        @classmethod
-        def build(cls, batch: Any) -> Any:
-            return batch
-
-    class Declared(Model):
-        callbacks = [("pre-step", _pre)]
+    Declared = type("Declared", (Model,), {"callbacks": [("pre-step", _pre)]})
 
     class GlobalPre(hw.Callback):
         def pre_step(self, trainer: Any, batch: Any) -> Any:
