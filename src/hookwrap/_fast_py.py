@@ -373,7 +373,11 @@ def _dispatch(jp: JoinPoint, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
     if chain.check_state:
         state = getattr(obj, STATE_KEY, None)
         if state is not None:
-            chain = state.chain_for(jp, chain)
+            cached = state.chains.get(jp)  # chain_for's hit, inline
+            if cached is not None and cached.valid and cached.base is chain:
+                chain = cached
+            else:
+                chain = state.chain_for(jp, chain)
     if chain.empty:
         return jp.func(*args, **kwargs)
     if jp.is_async:
@@ -385,7 +389,6 @@ def _dispatch(jp: JoinPoint, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
         if runner:
             return runner(jp.func, obj, args)
     return _run_owned(chain, jp.func, obj, list(args), kwargs)
-
 
 
 def _run_owned(chain: Chain, func: Callable[..., Any], obj: Any, args: list[Any],
@@ -612,12 +615,13 @@ def emitter(planner: Any) -> Callable[..., None]:
 
 def emit_runner(steps: tuple[EmitStep, ...]) -> Callable[..., None]:
     """``run(target, name, kwargs)``: the steps of one call shape as straight-line
-    code (see _compile_runner), each listener called with what it takes."""
+    code (see _compile_runner), each listener called with the keywords it takes,
+    named one by one (cheaper than ``**kwargs``, which also passes them all)."""
     ns: dict[str, Any] = {"NOTE": _callback_note, "RETURNED": _emit_return_error}
     body: list[str] = []
     for i, (fn, gate, take, names, label) in enumerate(steps):
         ns[f"F{i}"], ns[f"G{i}"], ns[f"L{i}"] = fn, gate, label
-        passed = "".join(f", {key}=kwargs[{key!r}]" for key in names) if take is not None else ", **kwargs"
+        passed = "".join(f", {key}=kwargs[{key!r}]" for key in names)  # names: all it takes
         block = [
             "try:",
             f"    r = F{i}(target{passed})",
