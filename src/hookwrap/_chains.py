@@ -124,8 +124,6 @@ def keep_planning_out_of_traces() -> None:
 plans_out_of_traces(Planner, "type_chain", "instance_chain")  # now if torch is imported
 
 
-
-
 def _release_hot_caches(phase: str, info: dict[str, Any]) -> None:
     """gc callback: before a full collection, empty every join point's hot cache (it
     holds the class of its last call); the next call finds its chain again."""

@@ -48,11 +48,12 @@ cdef extern from "Python.h":
 
 cdef extern from *:
     """
-    /* Give a static extension type the calling convention of CPython's own
-       functions: vectorcall, and LOAD_METHOD calling it unbound with the
-       instance as first argument (no bound method object built). */
-    static void hookwrap_enable_vectorcall(PyTypeObject *t, Py_ssize_t offset) {
-        t->tp_flags |= Py_TPFLAGS_METHOD_DESCRIPTOR | Py_TPFLAGS_HAVE_VECTORCALL;
+    /* Give a static extension type vectorcall (the function pointer at
+       ``offset`` in each instance) and, with ``binds``, the calling convention of
+       CPython's own functions: LOAD_METHOD calls it unbound with the instance as
+       first argument (no bound method object built). */
+    static void hookwrap_enable_vectorcall(PyTypeObject *t, Py_ssize_t offset, int binds) {
+        t->tp_flags |= Py_TPFLAGS_HAVE_VECTORCALL | (binds ? Py_TPFLAGS_METHOD_DESCRIPTOR : 0);
         t->tp_vectorcall_offset = offset;
         PyType_Modified(t);
     }
@@ -70,7 +71,7 @@ cdef extern from *:
         return 0;
     }
     """
-    void hookwrap_enable_vectorcall(PyTypeObject *t, Py_ssize_t offset)
+    void hookwrap_enable_vectorcall(PyTypeObject *t, Py_ssize_t offset, int binds)
     int hookwrap_set_type_dict_item(PyTypeObject *t, object name, object value) except -1
 
 cdef enum:
@@ -618,19 +619,28 @@ cdef object _join_point_vectorcall(JoinPoint self, PyObject **args, size_t nargs
     return _run_owned(chain, self.func, obj, call_args, call_kwargs)
 
 
-cdef class _BindsLikeAFunction:
-    """A callable with vectorcall (its ``vectorcall`` field; see
-    hookwrap_enable_vectorcall) that binds to an instance as a function does."""
+cdef class _Vectorcalled:
+    """A callable whose calls take its ``vectorcall`` function (set in each
+    subclass's ``__cinit__``; see hookwrap_enable_vectorcall)."""
 
     cdef void *vectorcall
+
+    def __call__(self, *args, **kwargs):
+        return PyVectorcall_Call(self, args, kwargs)
+
+
+cdef _Vectorcalled _probe = _Vectorcalled.__new__(_Vectorcalled)
+cdef Py_ssize_t _VECTORCALL_OFFSET = <char *>&_probe.vectorcall - <char *><PyObject *>_probe
+_probe = None
+
+
+cdef class _BindsLikeAFunction(_Vectorcalled):
+    """A vectorcall callable that binds to an instance as a function does."""
 
     def __get__(self, obj, cls):
         if obj is None:
             return self
         return PyMethod_New(self, obj)
-
-    def __call__(self, *args, **kwargs):
-        return PyVectorcall_Call(self, args, kwargs)
 
 
 @cython.final
@@ -690,10 +700,7 @@ def as_attribute(JoinPoint jp):
     return jp
 
 
-cdef JoinPoint _probe = JoinPoint.__new__(JoinPoint)
-hookwrap_enable_vectorcall(<PyTypeObject *>JoinPoint,
-                           <Py_ssize_t>(<char *>&_probe.vectorcall - <char *><PyObject *>_probe))
-_probe = None
+hookwrap_enable_vectorcall(<PyTypeObject *>JoinPoint, _VECTORCALL_OFFSET, True)
 
 
 cdef object _pure_copy = None  # _traced.pure_chain, handed in by _show_python_twins
@@ -758,21 +765,12 @@ def run_error_steps(Chain chain, obj, list args, dict kwargs, exc):
 # function with no tuple or dict built on the way.
 
 
-cdef extern from *:
-    """
-    static void hookwrap_enable_plain_vectorcall(PyTypeObject *t, Py_ssize_t offset) {
-        t->tp_flags |= Py_TPFLAGS_HAVE_VECTORCALL;
-        t->tp_vectorcall_offset = offset;
-        PyType_Modified(t);
-    }
-    """
-    void hookwrap_enable_plain_vectorcall(PyTypeObject *t, Py_ssize_t offset)
-
-
 @cython.final
 @cython.freelist(8)
 cdef class _Proceed:
-    """What an around callback calls to run the rest: inner advice, then the function."""
+    """What an around callback calls to run the rest: inner advice, then the function.
+    Not a _Vectorcalled: Cython keeps a freelist only for a type with no base,
+    and one is made per advice call."""
 
     cdef void *vectorcall
     cdef readonly tuple around
@@ -785,20 +783,14 @@ cdef class _Proceed:
     def __cinit__(self, *args, **kwargs):
         self.vectorcall = <void *>_proceed_vectorcall
 
-    def __init__(self, tuple around, Py_ssize_t index, func, obj):
-        self.around = around
-        self.index = index
-        self.func = func
-        self.obj = obj
-
     def __call__(self, *args, **kwargs):
         return PyVectorcall_Call(self, args, kwargs)
 
 
 cdef _Proceed _proceed_probe = _Proceed.__new__(_Proceed)
-hookwrap_enable_plain_vectorcall(
+hookwrap_enable_vectorcall(
     <PyTypeObject *>_Proceed,
-    <Py_ssize_t>(<char *>&_proceed_probe.vectorcall - <char *><PyObject *>_proceed_probe))
+    <char *>&_proceed_probe.vectorcall - <char *><PyObject *>_proceed_probe, False)
 _proceed_probe = None
 
 
@@ -872,6 +864,7 @@ cpdef object call_around(tuple around, Py_ssize_t index, object func, object obj
     cdef Py_ssize_t nargs = len(args), nkw = len(kwargs) if kwargs else 0, i
     cdef PyObject *local[MAX_STACK]
     cdef PyObject **flat = local
+    cdef PyObject **spill = NULL
     cdef tuple kwnames = None
     cdef list values
     if nkw == 0:
@@ -880,8 +873,8 @@ cpdef object call_around(tuple around, Py_ssize_t index, object func, object obj
     kwnames = tuple(kwargs)
     values = list(kwargs.values())
     if nargs + nkw > MAX_STACK:
-        flat = <PyObject **>PyMem_Malloc((nargs + nkw) * sizeof(PyObject *))
-        if flat is NULL:
+        spill = flat = <PyObject **>PyMem_Malloc((nargs + nkw) * sizeof(PyObject *))
+        if spill is NULL:
             raise MemoryError()
     try:
         for i in range(nargs):
@@ -890,8 +883,7 @@ cpdef object call_around(tuple around, Py_ssize_t index, object func, object obj
             flat[nargs + i] = <PyObject *>values[i]
         return _around_from(around, index, func, obj, flat, nargs, <PyObject *>kwnames)
     finally:
-        if flat is not local:
-            PyMem_Free(flat)
+        PyMem_Free(spill)
 
 
 # --- Custom events: obj.emit(name, **kw) and hookwrap.emit(obj, name, **kw) ----
@@ -1048,10 +1040,7 @@ cdef class _Emitter(_BindsLikeAFunction):
         self.__wrapped__ = twin  # inspect.signature reads the twin's
 
 
-cdef _Emitter _emit_probe = _Emitter.__new__(_Emitter)
-hookwrap_enable_vectorcall(<PyTypeObject *>_Emitter,
-                           <Py_ssize_t>(<char *>&_emit_probe.vectorcall - <char *><PyObject *>_emit_probe))
-_emit_probe = None
+hookwrap_enable_vectorcall(<PyTypeObject *>_Emitter, _VECTORCALL_OFFSET, True)
 
 
 def emitter(planner):

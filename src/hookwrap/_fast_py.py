@@ -436,16 +436,14 @@ def call_around(around: tuple[Step, ...], index: int, func: Callable[..., Any], 
     """Call around advice ``index`` (skipping filtered ones), or the function.
     The advice's ``proceed`` is a closure: cheaper to make than an object."""
     n = len(around)
+    pass_obj = around[0].pass_obj  # a method's advice: the function takes the object
     while index < n:
         step = around[index]
         if step.gate is None or step.gate.admit(obj):
             break
         index += 1
     else:
-        if around[0].pass_obj:
-            return func(obj, *args, **kwargs)
-        return func(*args, **kwargs)
-    pass_obj = around[0].pass_obj
+        return func(obj, *args, **kwargs) if pass_obj else func(*args, **kwargs)
     called = False
     raised: BaseException | None = None
 
@@ -464,7 +462,7 @@ def call_around(around: tuple[Step, ...], index: int, func: Callable[..., Any], 
             raise
 
     try:
-        if step.pass_obj:
+        if pass_obj:
             return step.fn(obj, proceed, *args, **kwargs)
         return step.fn(proceed, *args, **kwargs)
     except BaseException as exc:
@@ -478,8 +476,9 @@ def call_around(around: tuple[Step, ...], index: int, func: Callable[..., Any], 
 # For a chain of pre/post callbacks (and around advice) and a call with N
 # positional arguments, generate the straight-line code a person would write:
 # call each callback with the arguments it named, check what it returned,
-# rebind the local, call the function (or the around advice, which calls it). A per-call interpreter loop over plans costs ~20x a
-# hand-written loop in pure Python; this costs about what the hand loop does.
+# rebind the local, call the function (or the around advice, which calls it).
+# A per-call interpreter loop over plans costs ~20x a hand-written loop in pure
+# Python; this costs about what the hand loop does.
 
 
 def _compile_runner(chain: Chain, nargs: int) -> Any:

@@ -40,6 +40,7 @@ __all__ = [
     "class_record",
     "discard_class_record",
     "drop_chains",
+    "drop_emit_events",
     "function_record",
     "lock",
     "rebuild",
@@ -77,6 +78,14 @@ def drop_chains(chains: dict[Any, Any], event: str | None) -> list[tuple[Any, An
     for _, chain in dropped:
         chain.valid = False
     return dropped
+
+
+def drop_emit_events(cache: dict[str, Any], event: str | None) -> None:
+    """Drop the gathered listeners (``emit``) of custom event ``event`` (None: all)."""
+    if event is None:
+        cache.clear()
+    else:
+        cache.pop(event, None)
 
 
 def traced_ones(dropped: list[tuple[Any, Any]], state: Any = None) -> list[tuple[Any, Any, Any]]:
@@ -117,10 +126,7 @@ class ClassRecord(Record):
         """Drop the chains of ``event`` (None: all) built for this class and its
         instances; returns them for ``rebuild``."""
         dropped = traced_ones(self.drop_chains(event))
-        if event is None:
-            self.emit_cache.clear()
-        else:
-            self.emit_cache.pop(event, None)
+        drop_emit_events(self.emit_cache, event)
         for state in list(self.states):
             gone = state.drop(event)
             if state.ready:

@@ -29,6 +29,7 @@ from ._owners import (
     changed_class,
     class_record,
     drop_chains,
+    drop_emit_events,
     lock,
     rebuild,
     traced_ones,
@@ -299,10 +300,7 @@ class InstanceHooks(HookState):
         returns them (``_owners.drop_chains``)."""
         dropped = drop_chains(self.chains, event)
         self.forget_last_chain()
-        if event is None:
-            self.emit_cache.clear()
-        else:
-            self.emit_cache.pop(event, None)
+        drop_emit_events(self.emit_cache, event)
         return dropped
 
     def __reduce__(self) -> Any:

@@ -43,50 +43,43 @@ class EmitPlanner:
 
     @staticmethod
     def gather(target: Any, tp: type, name: str) -> EmitEvent:
+        """The listeners of ``name``, kept in the instance's state or the class's
+        record until a registration of that event drops them (``_owners``); the
+        event is checked when they are gathered, so an unknown one fails on every
+        emit."""
         keep_planning_out_of_traces()
-        return _gather(target, tp, name)
+        state = None if tp is target else instance_state(target, create=False)
+        cache = state.emit_cache if state is not None else class_record(tp).emit_cache  # type: ignore[union-attr]
+        event = cache.get(name)
+        if event is None:
+            check_event(tp, CUSTOM, name, _where(tp, name))
+            with lock:  # a registration meanwhile must not be missed
+                entries = entries_for(name, True, tp, None, state)
+                event = EmitEvent(tuple(_Listener(e.fn, e.options.gate if e.options else None)
+                                        for e in entries))
+                cache[name] = event
+        return cast(EmitEvent, event)
 
     @staticmethod
     def plan(event: EmitEvent, shape: tuple[str, ...], tp: type, name: str) -> tuple[EmitStep, ...]:
-        return _plan(event, shape, tp, name)
-
-
-def _plan(event: EmitEvent, shape: tuple[str, ...], tp: type, name: str) -> tuple[EmitStep, ...]:
-    """What each listener is passed when the keywords ``shape`` are emitted (and
-    those steps as the pure twin's straight-line runner); a listener missing a
-    keyword it requires fails here, every time."""
-    steps = []
-    for listener in event.listeners:
-        missing = listener.required.difference(shape)
-        if missing:
-            raise HookError(
-                f"{_where(tp, name)}: callback {listener.label} needs {', '.join(sorted(missing))}, "
-                f"but the event was emitted with {', '.join(sorted(shape)) or 'no keywords'}. Give "
-                f"those parameters a default, or pass them to emit()."
-            )
-        names = tuple(k for k in listener.names if k in shape)
-        take = None if set(names) == set(shape) else tuple(shape.index(k) for k in names)
-        steps.append(EmitStep(listener.fn, listener.gate, take, names, listener.label))
-    plan = event.plans[shape] = tuple(steps)
-    event.runners[shape] = emit_runner(plan)  # what the pure twin's emit runs
-    return plan
-
-
-def _gather(target: Any, tp: type, name: str) -> EmitEvent:
-    """The listeners of ``name``, kept in the instance's state or the class's record
-    until a registration of that event drops them (``_owners``); the event is
-    checked when they are gathered, so an unknown one fails on every emit."""
-    state = None if tp is target else instance_state(target, create=False)
-    cache = state.emit_cache if state is not None else class_record(tp).emit_cache  # type: ignore[union-attr]
-    event = cache.get(name)
-    if event is None:
-        check_event(tp, CUSTOM, name, _where(tp, name))
-        with lock:  # a registration meanwhile must not be missed
-            entries = entries_for(name, True, tp, None, state)
-            event = EmitEvent(tuple(_Listener(e.fn, e.options.gate if e.options else None)
-                                    for e in entries))
-            cache[name] = event
-    return cast(EmitEvent, event)
+        """What each listener is passed when the keywords ``shape`` are emitted (and
+        those steps as the pure twin's straight-line runner); a listener missing a
+        keyword it requires fails here, every time."""
+        steps = []
+        for listener in event.listeners:
+            missing = listener.required.difference(shape)
+            if missing:
+                raise HookError(
+                    f"{_where(tp, name)}: callback {listener.label} needs {', '.join(sorted(missing))}, "
+                    f"but the event was emitted with {', '.join(sorted(shape)) or 'no keywords'}. Give "
+                    f"those parameters a default, or pass them to emit()."
+                )
+            names = tuple(k for k in listener.names if k in shape)
+            take = None if set(names) == set(shape) else tuple(shape.index(k) for k in names)
+            steps.append(EmitStep(listener.fn, listener.gate, take, names, listener.label))
+        plan = event.plans[shape] = tuple(steps)
+        event.runners[shape] = emit_runner(plan)  # what the pure twin's emit runs
+        return plan
 
 
 def _where(tp: type, name: str) -> str:
