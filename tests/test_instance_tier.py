@@ -41,6 +41,29 @@ def test_registration_is_per_instance(hw):
     assert b.compute_loss(1) == 1
 
 
+def test_an_instance_state_is_its_own_not_what_its_getattr_finds(hw):
+    # A delegating wrapper (nn.Module-like __getattr__) must neither lend its
+    # inner object's callbacks to the wrapper nor be asked on every call.
+    log, asked = [], []
+    Trainer = make(hw, log)
+
+    class Delegating(Trainer):
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):
+            asked.append(name)
+            return getattr(self.inner, name)
+
+    inner = Trainer()
+    inner.before("loss", lambda self: log.append("inner's"))
+    quiet, loud = Delegating(inner), Delegating(inner)
+    loud.before("loss", lambda self: log.append("loud's"))  # instances of Delegating hold state
+    assert quiet.compute_loss(1) == 1 and loud.compute_loss(2) == 2
+    assert log == ["class", ("loss", 1), "class", "loud's", ("loss", 2)]
+    assert asked == []
+
+
 def test_decorator_form_returns_the_function_and_its_handle_removes_it(hw):
     log = []
     t = make(hw, log)()

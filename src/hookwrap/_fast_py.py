@@ -198,7 +198,7 @@ class Chain:
     """
 
     __slots__ = ("tp", "valid", "base", "fire", "pre", "post", "around", "error", "empty",
-                 "check_state", "passthrough", "read_by_trace", "runners")
+                 "check_state", "state_in_dict", "passthrough", "read_by_trace", "runners")
 
     def __init__(self, tp: Any, fire: bool, pre: tuple[Step, ...],
                  post: tuple[Step, ...], around: tuple[Step, ...] = (),
@@ -215,6 +215,11 @@ class Chain:
         self.empty = not (pre or post or around or error)
         # Could an instance of `tp` hold callbacks of its own? (its ClassRecord knows)
         self.check_state = check_state
+        # How a call reads an instance's state: getattr(obj, STATE_KEY, None), unless
+        # its class has a __getattr__ (nn.Module's), which every miss would call and
+        # which raises: ~1 us a call. Then from obj.__dict__ (a stateful class's
+        # instances have one).
+        self.state_in_dict = check_state and hasattr(tp, "__getattr__")
         # The one check a call makes when nothing can run.
         self.passthrough = not fire or (self.empty and not check_state)
         self.read_by_trace = False  # the compiled twin's mark (its `traced` sets it)
@@ -336,7 +341,8 @@ def _make_dispatch(jp: JoinPoint) -> Callable[..., Any]:
                 if args and chain.tp is type(args[0]):
                     if chain.passthrough:
                         return jp.func(*args, **kwargs)
-                    if chain.empty and getattr(args[0], STATE_KEY, None) is None:
+                    if chain.empty and (args[0].__dict__.get(STATE_KEY) if chain.state_in_dict
+                                        else getattr(args[0], STATE_KEY, None)) is None:
                         return jp.func(*args, **kwargs)  # no callbacks of its own
             elif binding == FUNCTION:
                 if chain.tp is jp.owner and chain.passthrough:
@@ -371,7 +377,7 @@ def _dispatch(jp: JoinPoint, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
     if chain.passthrough:
         return jp.func(*args, **kwargs)
     if chain.check_state:
-        state = getattr(obj, STATE_KEY, None)
+        state = obj.__dict__.get(STATE_KEY) if chain.state_in_dict else getattr(obj, STATE_KEY, None)
         if state is not None:
             cached = state.chains.get(jp)  # chain_for's hit, inline
             if cached is not None and cached.valid and cached.base is chain:
