@@ -7,8 +7,9 @@ What makes it fast:
   functions carry), so ``obj.step(batch)`` calls it directly with ``obj`` as
   first argument: no bound object per lookup, no argument tuple.
 * A call with nothing registered does: one type check against a cached chain,
-  one version compare, one instance-dict probe, then a vectorcall of the
-  wrapped function with the caller's own argument array.
+  one version compare (and, once some instance of the class holds callbacks,
+  one read of the object's own attribute), then a vectorcall of the wrapped
+  function with the caller's own argument array.
 * Callbacks are called with a C array of arguments (vectorcall), following a
   plan (``Step``/``ArgRef``) built at registration.
 
@@ -44,7 +45,6 @@ cdef extern from "Python.h":
     Py_ssize_t PyVectorcall_NARGS(size_t nargsf)
     size_t PY_VECTORCALL_ARGUMENTS_OFFSET
     PyObject *PyDict_GetItemWithError(object d, object key) except? NULL
-    PyObject **_PyObject_GetDictPtr(object obj)
 
 cdef extern from *:
     """
@@ -70,9 +70,22 @@ cdef extern from *:
         PyType_Modified(t);
         return 0;
     }
+
+    /* The instance attribute `key` of `obj`, or None: read as
+       object.__getattribute__ reads it, so no __getattr__ is called (nn.Module's
+       would be, and raise, on every miss), and an object keeping its attributes
+       inline (CPython 3.11+) is left so: asking for its __dict__ would build one,
+       making every later attribute read on it slower, the caller's `obj.step`
+       among them (3.12: ~100 instructions a call). */
+    static PyObject *hookwrap_instance_attribute(PyObject *obj, PyObject *key) {
+        PyObject *found = _PyObject_GenericGetAttrWithDict(obj, key, NULL, 1);
+        if (found == NULL && !PyErr_Occurred()) Py_RETURN_NONE;
+        return found;  /* NULL with an error set: a descriptor's own error */
+    }
     """
     void hookwrap_enable_vectorcall(PyTypeObject *t, Py_ssize_t offset, int binds)
     int hookwrap_set_type_dict_item(PyTypeObject *t, object name, object value) except -1
+    object hookwrap_instance_attribute(object obj, object key)
 
 cdef enum:
     C_FUNCTION = 0
@@ -111,6 +124,12 @@ MAX_CALLBACK_ARGS = MAX_STACK - 1  # the C array also holds the object
 STATE_KEY = "__hookwrap__"
 RECORD_ATTR = "__hookwrap_class__"
 JOIN_POINT_ATTR = "__hookwrap_join_point__"
+# The keys the hot paths read, as C statics: a module global costs a dict lookup
+# on every read where Cython caches none (CPython 3.12+, ~145 instructions).
+cdef str _STATE_KEY = STATE_KEY
+cdef str _RECORD_ATTR = RECORD_ATTR
+
+
 
 # Chains come from the planner handed to each JoinPoint when it is built
 # (``_chains.Planner``): type_chain(jp, tp), instance_chain(state, jp, type_chain)
@@ -524,12 +543,12 @@ cdef object _run_fast(_ShapePlan plan, object func, object obj, PyObject **args,
 
 
 cdef class HookState:
-    """Per-instance hook state, stored in ``obj.__dict__[STATE_KEY]``."""
+    """Per-instance hook state: the instance's own attribute ``STATE_KEY`` (see _tiers)."""
 
     cdef public dict chains
     cdef public dict emit_cache  # custom event -> EmitEvent (see emit)
     cdef object last_jp  # the join point of the last chain served, and that chain:
-    cdef Chain last_chain  # a call on the same join point skips the dict probe
+    cdef Chain last_chain  # a call on the same join point skips the chains dict
 
     def __cinit__(self, *args, **kwargs):
         self.chains = {}
@@ -562,8 +581,7 @@ cdef object _join_point_vectorcall(JoinPoint self, PyObject **args, size_t nargs
     cdef Py_ssize_t i, nkw
     cdef object obj, tp
     cdef Chain chain
-    cdef PyObject **dictptr
-    cdef PyObject *state
+    cdef object state
     cdef HookState hooks
     cdef _ShapePlan plan
     cdef list call_args
@@ -583,16 +601,13 @@ cdef object _join_point_vectorcall(JoinPoint self, PyObject **args, size_t nargs
     if chain.passthrough:
         return PyObject_Vectorcall(self.func, args, nargsf, kwnames)
     if chain.check_state:
-        dictptr = _PyObject_GetDictPtr(obj)
-        if dictptr is not NULL and dictptr[0] is not NULL:
-            state = PyDict_GetItemWithError(<object>dictptr[0], STATE_KEY)
-            if state is not NULL:
-                hooks = <HookState>state
-                if (hooks.last_jp is self and hooks.last_chain.valid
-                        and hooks.last_chain.base is chain):
-                    chain = hooks.last_chain
-                else:
-                    chain = hooks.chain_for(self, chain)
+        state = hookwrap_instance_attribute(obj, _STATE_KEY)
+        if state is not None:
+            hooks = <HookState>state
+            if hooks.last_jp is self and hooks.last_chain.valid and hooks.last_chain.base is chain:
+                chain = hooks.last_chain
+            else:
+                chain = hooks.chain_for(self, chain)
     if chain.empty:
         return PyObject_Vectorcall(self.func, args, nargsf, kwnames)
     if not self.is_async:
@@ -923,8 +938,7 @@ cdef object _emit_vectorcall(_Emitter self, PyObject **args, size_t nargsf, PyOb
     cdef Py_ssize_t nargs = PyVectorcall_NARGS(nargsf)
     cdef Py_ssize_t nkw = 0
     cdef PyObject *found = NULL
-    cdef PyObject **dictptr
-    cdef object target, name, tp, shape
+    cdef object target, name, tp, shape, state
     cdef object cache = None
     cdef EmitEvent event
     cdef tuple plan
@@ -938,13 +952,11 @@ cdef object _emit_vectorcall(_Emitter self, PyObject **args, size_t nargsf, PyOb
         tp = target
     else:
         tp = type(target)
-        dictptr = _PyObject_GetDictPtr(target)
-        if dictptr is not NULL and dictptr[0] is not NULL:
-            found = PyDict_GetItem(<object>dictptr[0], STATE_KEY)
-            if found is not NULL:
-                cache = (<HookState>found).emit_cache
+        state = hookwrap_instance_attribute(target, _STATE_KEY)
+        if state is not None:
+            cache = (<HookState>state).emit_cache
     if cache is None and (<PyTypeObject *>tp).tp_dict is not NULL:  # NULL: a static type (3.12+)
-        found = PyDict_GetItem(<object>(<PyTypeObject *>tp).tp_dict, RECORD_ATTR)
+        found = PyDict_GetItem(<object>(<PyTypeObject *>tp).tp_dict, _RECORD_ATTR)
         if found is not NULL:
             cache = getattr(<object>found, "emit_cache")
     found = PyDict_GetItem(cache, name) if cache is not None else NULL

@@ -233,7 +233,7 @@ class Chain:
 
 
 class HookState:
-    """Per-instance hook state, stored in ``obj.__dict__[STATE_KEY]``."""
+    """Per-instance hook state: the instance's own attribute ``STATE_KEY`` (see _tiers)."""
 
     __slots__ = ("chains", "emit_cache")
 
@@ -600,7 +600,10 @@ def emitter(planner: Any) -> Callable[..., None]:
             state = None
         else:
             tp = type(target)
-            state = getattr(target, "__dict__", _NO_DICT).get(STATE_KEY)
+            # As _dispatch reads it (see Chain.state_in_dict): getattr leaves an
+            # object's inline attributes be, where reading __dict__ would not.
+            state = (getattr(target, "__dict__", _NO_DICT).get(STATE_KEY) if hasattr(tp, "__getattr__")
+                     else getattr(target, STATE_KEY, None))
         if state is not None:
             event = state.emit_cache.get(name)
         else:

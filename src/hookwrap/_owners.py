@@ -8,7 +8,7 @@ that would keep that thing alive.
   ``WeakKeyDictionary`` would not be (a value that refers to its key, such as a
   callback method using ``super()``, keeps the key alive);
 * a plain function join point: a ``Record`` in ``jp.tier``;
-* an instance: ``InstanceHooks`` in its ``__dict__`` (``_tiers``);
+* an instance: ``InstanceHooks`` in its own attribute ``__hookwrap__`` (``_tiers``);
 * the global tier: ``GLOBAL``.
 
 A registration changes one owner and invalidates only the caches that read it

@@ -276,7 +276,8 @@ class InstanceCallbackList(list):  # type: ignore[type-arg]
 
 
 class InstanceHooks(HookState):
-    """Per-instance state in ``obj.__dict__``: the instance tier and its chain cache."""
+    """Per-instance state (the instance's attribute ``STATE_KEY``): the instance tier
+    and its chain cache."""
 
     def __init__(self, cls: type, callbacks: Iterable[Any] = ()) -> None:
         super().__init__()
@@ -327,21 +328,41 @@ class InstanceHooks(HookState):
 
 
 def instance_state(obj: Any, create: bool = True) -> InstanceHooks | None:
-    try:
-        namespace = vars(obj)
-    except TypeError:
+    tp = type(obj)
+    if not tp.__dictoffset__ and not hasattr(obj, "__dict__"):
         raise HookError(
-            f"{type(obj).__qualname__} instances have no __dict__ (__slots__?), so they cannot "
+            f"{tp.__qualname__} instances have no __dict__ (__slots__?), so they cannot "
             f"hold instance callbacks; register on the class instead: "
-            f"hookwrap.before({type(obj).__name__}, ...)."
-        ) from None
-    state = namespace.get(STATE_KEY)
+            f"hookwrap.before({tp.__name__}, ...)."
+        )
+    state = _own_state(obj)
     if state is None and create:
         with lock:
-            state = namespace.get(STATE_KEY)
+            state = _own_state(obj)
             if state is None:
-                state = namespace[STATE_KEY] = InstanceHooks(type(obj))
+                state = InstanceHooks(tp)
+                _store_state(obj, state)
     return cast("InstanceHooks | None", state)
+
+
+# An object's state is read and stored without asking for its __dict__: on
+# CPython 3.11 and 3.12 that moves the attributes it keeps inline into a new
+# dict, and every attribute read on it is slower from then on (a method reading
+# two attributes: 36 -> 68 ns a call on 3.11). The dispatch reads it likewise.
+
+
+def _own_state(obj: Any) -> Any:
+    try:
+        return object.__getattribute__(obj, STATE_KEY)  # not its class's __getattr__
+    except AttributeError:
+        return None
+
+
+def _store_state(obj: Any, state: InstanceHooks) -> None:
+    try:
+        object.__setattr__(obj, STATE_KEY, state)  # not its class's __setattr__
+    except TypeError:  # a C base with a setattr of its own, which object's cannot bypass
+        vars(obj)[STATE_KEY] = state
 
 
 # --- all tiers of one event ------------------------------------------------------

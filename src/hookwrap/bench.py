@@ -73,6 +73,9 @@ def model_class(hw: Any) -> Any:
                     batch = f(self, batch)
             return batch
 
+        def read_two(self) -> Any:  # the object's own code, which hookwrap must not slow
+            return self.first, self.second
+
         def hand_emit(self, batch: Any) -> None:
             for f in self.fns:
                 f(self, batch=batch)

@@ -75,6 +75,14 @@ def setup(name: str) -> tuple[str, dict[str, Any]]:
     if name == "hand emit loop k=1":
         obj.fns = (_listen,)
         return "obj.hand_emit(batch)", {"obj": obj, "batch": batch}
+    if name == "bare method reading two attributes":
+        obj.first, obj.second = 1, 2
+        return "obj.read_two()", {"obj": obj}
+    if name == "the same, its object holding callbacks":
+        obj.first, obj.second = 1, 2
+        obj.before("step", _pre)
+        obj.step(batch)
+        return "obj.read_two()", {"obj": obj}
     if name == "hookwrap k=0":
         return method
     if name == "hookwrap k=0, a sibling has callbacks":
@@ -132,6 +140,8 @@ ROWS = [
     ("hookwrap around k=1", "hand wrap k=1"),
     ("hand emit loop k=1", None),
     ("hookwrap emit k=1", "hand emit loop k=1"),
+    ("bare method reading two attributes", None),
+    ("the same, its object holding callbacks", "bare method reading two attributes"),
 ]
 
 
@@ -163,7 +173,7 @@ def check(name: str) -> None:
         result = eval(statement, namespace)  # noqa: S307 - our own statement
     finally:
         sys.setprofile(None)
-    expected = None if "emit" in name else [1, 2, 3]
+    expected = None if "emit" in name else (1, 2) if statement == "obj.read_two()" else [1, 2, 3]
     ran = 1 if name.endswith("k=1") else 0
     if result != expected or len(calls) != ran:
         raise AssertionError(f"{name}: returned {result!r} (expected {expected!r}), "
