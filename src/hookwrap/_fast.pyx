@@ -575,14 +575,26 @@ cdef Chain _NO_CHAIN = Chain(MISSING, False, (), ())
 _NO_CHAIN.valid = False
 
 
+cdef Chain _instance_chain(JoinPoint jp, object obj, Chain chain):
+    """The chain of ``obj``'s own callbacks, which extends ``chain``, its class's;
+    ``chain`` where it holds none. (Its own function: the references it holds
+    would cost every call of the join point their set-up.)"""
+    cdef HookState hooks
+    state = hookwrap_instance_attribute(obj, _STATE_KEY)
+    if state is None:
+        return chain
+    hooks = <HookState>state
+    if hooks.last_jp is jp and hooks.last_chain.valid and hooks.last_chain.base is chain:
+        return hooks.last_chain
+    return hooks.chain_for(jp, chain)
+
+
 cdef object _join_point_vectorcall(JoinPoint self, PyObject **args, size_t nargsf,
                                    PyObject *kwnames):
     cdef Py_ssize_t nargs = PyVectorcall_NARGS(nargsf)
     cdef Py_ssize_t i, nkw
     cdef object obj, tp
     cdef Chain chain
-    cdef object state
-    cdef HookState hooks
     cdef _ShapePlan plan
     cdef list call_args
     cdef dict call_kwargs
@@ -601,13 +613,7 @@ cdef object _join_point_vectorcall(JoinPoint self, PyObject **args, size_t nargs
     if chain.passthrough:
         return PyObject_Vectorcall(self.func, args, nargsf, kwnames)
     if chain.check_state:
-        state = hookwrap_instance_attribute(obj, _STATE_KEY)
-        if state is not None:
-            hooks = <HookState>state
-            if hooks.last_jp is self and hooks.last_chain.valid and hooks.last_chain.base is chain:
-                chain = hooks.last_chain
-            else:
-                chain = hooks.chain_for(self, chain)
+        chain = _instance_chain(self, obj, chain)
     if chain.empty:
         return PyObject_Vectorcall(self.func, args, nargsf, kwnames)
     if not self.is_async:
