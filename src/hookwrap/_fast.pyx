@@ -17,7 +17,7 @@ Keep it in step with ``_fast_py.py``: the same test suite runs on both.
 """
 
 cimport cython
-from cpython.object cimport PyObject, PyTypeObject
+from cpython.object cimport PyObject, PyTypeObject, Py_TYPE
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.dict cimport PyDict_GetItem
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
@@ -592,30 +592,39 @@ cdef Chain _instance_chain(JoinPoint jp, object obj, Chain chain):
 cdef object _join_point_vectorcall(JoinPoint self, PyObject **args, size_t nargsf,
                                    PyObject *kwnames):
     cdef Py_ssize_t nargs = PyVectorcall_NARGS(nargsf)
-    cdef Py_ssize_t i, nkw
-    cdef object obj, tp
+    # Borrowed: the caller holds its arguments, and an object its type.
+    cdef PyObject *obj
+    cdef PyObject *tp
     cdef Chain chain
-    cdef _ShapePlan plan
-    cdef list call_args
-    cdef dict call_kwargs
     if self.binding == C_FUNCTION:
-        obj = None
-        tp = self.owner
+        obj = <PyObject *>None
+        tp = <PyObject *>self.owner
     elif nargs > 0:
-        obj = <object>args[0]
-        tp = obj if self.binding == C_CLASSMETHOD else type(obj)
+        obj = args[0]
+        tp = obj if self.binding == C_CLASSMETHOD else <PyObject *>Py_TYPE(<object>obj)
     else:  # called unbound without an object: let Python report it
         return PyObject_Vectorcall(self.func, args, nargsf, kwnames)
     chain = self._chain
-    if chain.tp is not tp or not chain.valid:
-        chain = self.planner.type_chain(self, tp)
+    if <PyObject *>chain.tp is not tp or not chain.valid:
+        chain = self.planner.type_chain(self, <object>tp)
         self._chain = chain
     if chain.passthrough:
         return PyObject_Vectorcall(self.func, args, nargsf, kwnames)
     if chain.check_state:
-        chain = _instance_chain(self, obj, chain)
+        chain = _instance_chain(self, <object>obj, chain)
     if chain.empty:
         return PyObject_Vectorcall(self.func, args, nargsf, kwnames)
+    return _run_chain(self, chain, <object>obj, args, nargs, kwnames)
+
+
+cdef object _run_chain(JoinPoint self, Chain chain, object obj, PyObject **args, Py_ssize_t nargs,
+                       PyObject *kwnames):
+    """Run ``chain`` around the call. (Its own function: the references it holds
+    would cost the calls with nothing to run their set-up.)"""
+    cdef Py_ssize_t i, nkw
+    cdef _ShapePlan plan
+    cdef list call_args
+    cdef dict call_kwargs
     if not self.is_async:
         plan = chain.shape
         names = <object>kwnames if kwnames is not NULL else None
@@ -800,9 +809,8 @@ cdef class _Proceed:
     cdef readonly object obj
     cdef readonly bint called
     cdef readonly object raised
-
-    def __cinit__(self, *args, **kwargs):
-        self.vectorcall = <void *>_proceed_vectorcall
+    # Its vectorcall is set by _around_from, which makes every one: a __cinit__
+    # would cost each ~50 instructions parsing its (empty) arguments.
 
     def __call__(self, *args, **kwargs):
         return PyVectorcall_Call(self, args, kwargs)
@@ -847,6 +855,7 @@ cdef object _around_from(tuple around, Py_ssize_t index, object func, object obj
         index += 1
     if index < n:
         proceed = _Proceed.__new__(_Proceed)
+        proceed.vectorcall = <void *>_proceed_vectorcall
         proceed.around = around
         proceed.index = index
         proceed.func = func
