@@ -101,6 +101,42 @@ def test_around_error_inside_the_method_gets_no_note_but_its_own_does(hw):
     assert "around-step" in info2.value.__notes__[0] and "broken" in info2.value.__notes__[0]
 
 
+def test_nested_around_advice_notes_only_the_advice_whose_error_it_is(hw):
+    def passing(self, proceed, *a, **k):
+        return proceed(*a, **k)
+
+    def failing(self, proceed, *a, **k):
+        raise RuntimeError("in advice")
+
+    def translating(self, proceed, *a, **k):
+        try:
+            return proceed(*a, **k)
+        except ValueError as exc:
+            raise KeyError("translated") from exc
+
+    t = make(hw, [])()
+    t.around("step", passing)
+    t.around("step", failing)
+    with pytest.raises(RuntimeError) as info:
+        t.step(1)
+    assert len(info.value.__notes__) == 1 and "failing" in info.value.__notes__[0]
+
+    t = make(hw, [])()
+    t.around("step", passing)
+    t.around("step", passing)
+    with pytest.raises(ValueError) as info:
+        t.step("bad")  # the method's own error, through both: no note
+    assert not getattr(info.value, "__notes__", [])
+
+    t = make(hw, [])()
+    t.around("step", passing)
+    t.around("step", translating)
+    with pytest.raises(KeyError) as info:
+        t.step("bad")
+    assert len(info.value.__notes__) == 1 and "translating" in info.value.__notes__[0]
+    assert not getattr(info.value.__cause__, "__notes__", [])
+
+
 def test_error_callbacks_observe_and_the_exception_propagates(hw):
     seen = []
     t = make(hw, [])()

@@ -22,6 +22,7 @@ from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.dict cimport PyDict_GetItem
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.sequence cimport PySequence_Fast_ITEMS
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 
 from inspect import Parameter
 from inspect import iscoroutinefunction as _iscoroutinefunction
@@ -77,6 +78,14 @@ cdef extern from *:
        inline (CPython 3.11+) is left so: asking for its __dict__ would build one,
        making every later attribute read on it slower, the caller's `obj.step`
        among them (3.12: ~100 instructions a call). */
+    /* For a call whose error the caller handles itself (see _call_step). */
+    static PyObject *hookwrap_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
+                                         PyObject *kwnames) {
+        return PyObject_Vectorcall(callable, args, nargsf, kwnames);
+    }
+    static PyObject *hookwrap_steal(PyObject *o) { return o; }  /* hand over a reference */
+    static int hookwrap_pending_error(void) { return -1; }  /* the error already set */
+
     static PyObject *hookwrap_instance_attribute(PyObject *obj, PyObject *key) {
         PyObject *found = _PyObject_GenericGetAttrWithDict(obj, key, NULL, 1);
         if (found == NULL && !PyErr_Occurred()) Py_RETURN_NONE;
@@ -86,6 +95,10 @@ cdef extern from *:
     void hookwrap_enable_vectorcall(PyTypeObject *t, Py_ssize_t offset, int binds)
     int hookwrap_set_type_dict_item(PyTypeObject *t, object name, object value) except -1
     object hookwrap_instance_attribute(object obj, object key)
+    PyObject *hookwrap_vectorcall(object callable, PyObject **args, size_t nargsf, PyObject *kwnames)
+    PyObject *hookwrap_set_no_memory "PyErr_NoMemory"()  # sets MemoryError; its NULL is not checked
+    object hookwrap_steal(PyObject *o)
+    int hookwrap_pending_error() except -1
 
 cdef enum:
     C_FUNCTION = 0
@@ -198,14 +211,25 @@ cdef class Step
 
 cdef object _call_step(Step step, PyObject **stack, Py_ssize_t m, Py_ssize_t nkw):
     """Call ``step.fn`` with ``stack``, whose ``stack[-1]`` is ours to lend: a bound
-    method (a Callback's) puts its object there instead of copying the array."""
+    method (a Callback's) puts its object there instead of copying the array.
+    (No try block: entering one saves the handled exception, on every call.)"""
+    cdef PyObject *result
+    if nkw:
+        result = hookwrap_vectorcall(step.fn, stack, (m - nkw) | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                     <PyObject *>step.kwnames)
+    else:
+        result = hookwrap_vectorcall(step.fn, stack, m | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL)
+    if result is NULL:
+        _reraise_noted(step.label, step.event)
+    return hookwrap_steal(result)
+
+
+cdef int _reraise_noted(object label, object event) except -1:
+    """Re-raise the error a callback just raised, with a note naming it."""
     try:
-        if nkw:
-            return PyObject_Vectorcall(step.fn, stack, (m - nkw) | PY_VECTORCALL_ARGUMENTS_OFFSET,
-                                       <PyObject *>step.kwnames)
-        return PyObject_Vectorcall(step.fn, stack, m | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL)
+        hookwrap_pending_error()
     except BaseException as exc:
-        exc.add_note(_callback_note(step.label, step.event))
+        exc.add_note(_callback_note(label, event))
         raise
 
 
@@ -456,7 +480,7 @@ cdef _ShapePlan _plan_shape(Chain chain, Py_ssize_t nargs, object kwnames):
 
 
 cdef inline Py_ssize_t _fill_stack(_StepShape shape, PyObject **stack, object obj, PyObject **buf,
-                                   object result):
+                                   object result) noexcept:
     cdef Py_ssize_t m = 0, i, slot
     if shape.step.pass_obj:
         stack[0] = <PyObject *>obj
@@ -490,6 +514,8 @@ cdef object _run_fast(_ShapePlan plan, object func, object obj, PyObject **args,
     cdef PyObject **stack = space + 1  # space[0]: see _call_step
     cdef unsigned long long owned = 0  # bit i: buf[i] is a reference we hold
     cdef Py_ssize_t total = nargs, i, m, slot, n
+    cdef Py_ssize_t j
+    cdef tuple steps
     cdef _StepShape shape
     cdef Step step
     cdef object raw, result = None
@@ -498,7 +524,10 @@ cdef object _run_fast(_ShapePlan plan, object func, object obj, PyObject **args,
     for i in range(total):
         buf[i] = args[i]
     try:
-        for shape in plan.pre:
+        # Indexed, with unchecked casts: a for loop over a tuple type-tests each item.
+        steps = plan.pre
+        for j in range(PyTuple_GET_SIZE(steps)):
+            shape = <_StepShape>PyTuple_GET_ITEM(steps, j)
             step = shape.step
             if step.gate is not None and not step.gate.admit(obj):
                 continue
@@ -526,8 +555,10 @@ cdef object _run_fast(_ShapePlan plan, object func, object obj, PyObject **args,
             result = PyObject_Vectorcall(func, buf, nargs, kwnames)
         else:
             result = _around_from(plan.around, 0, func, obj, buf + plan.skip, nargs - plan.skip,
-                                  kwnames)
-        for shape in plan.post:
+                                  kwnames, None)
+        steps = plan.post
+        for j in range(PyTuple_GET_SIZE(steps)):
+            shape = <_StepShape>PyTuple_GET_ITEM(steps, j)
             step = shape.step
             if step.gate is not None and not step.gate.admit(obj):
                 continue
@@ -827,24 +858,21 @@ cdef object _proceed_vectorcall(_Proceed self, PyObject **args, size_t nargsf, P
     if self.called:
         raise _proceed_twice(self.around[self.index])
     self.called = True
-    try:
-        return _around_from(self.around, self.index + 1, self.func, self.obj, args,
-                            PyVectorcall_NARGS(nargsf), kwnames)
-    except BaseException as exc:
-        self.raised = exc  # passed through: not the around callback's own error
-        raise
+    return _around_from(self.around, self.index + 1, self.func, self.obj, args,
+                        PyVectorcall_NARGS(nargsf), kwnames, self)
 
 
 cdef object _around_from(tuple around, Py_ssize_t index, object func, object obj,
-                         PyObject **args, Py_ssize_t nargs, PyObject *kwnames):
+                         PyObject **args, Py_ssize_t nargs, PyObject *kwnames, _Proceed caller):
     """Call around advice ``index`` (skipping filtered ones), or the function,
     with the call's own arguments ``args`` (``nargs`` positional, then the
-    values of ``kwnames``)."""
+    values of ``kwnames``). ``caller``: the proceed making this call, or None."""
     cdef Py_ssize_t n = len(around), total = nargs, i, lead
     cdef PyObject *local[MAX_STACK + 1]
     cdef PyObject **stack = local + 1  # stack[-1]: see _call_step
     cdef PyObject **spill = NULL
-    cdef Step step
+    cdef PyObject *result
+    cdef Step step = None
     cdef _Proceed proceed = None
     if kwnames is not NULL:
         total += len(<tuple>kwnames)
@@ -866,26 +894,39 @@ cdef object _around_from(tuple around, Py_ssize_t index, object func, object obj
     if total + lead > MAX_STACK:
         spill = <PyObject **>PyMem_Malloc((total + lead + 1) * sizeof(PyObject *))
         if spill is NULL:
-            raise MemoryError()
+            hookwrap_set_no_memory()
+            _reraise_from_around(None, None, caller)
         stack = spill + 1
-    try:
-        for i in range(total):
-            stack[lead + i] = args[i]
-        if lead:
-            stack[0] = <PyObject *>obj
-        if proceed is None:  # no advice left: the function
-            return PyObject_Vectorcall(func, stack, (nargs + lead) | PY_VECTORCALL_ARGUMENTS_OFFSET,
-                                       kwnames)
+    for i in range(total):
+        stack[lead + i] = args[i]
+    if lead:
+        stack[0] = <PyObject *>obj
+    if proceed is None:  # no advice left: the function
+        result = hookwrap_vectorcall(func, stack, (nargs + lead) | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                     kwnames)
+    else:
         stack[lead - 1] = <PyObject *>proceed
-        try:
-            return PyObject_Vectorcall(step.fn, stack,
-                                       (nargs + lead) | PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames)
-        except BaseException as exc:
-            if exc is not proceed.raised:
-                exc.add_note(_callback_note(step.label, step.event))
-            raise
-    finally:
-        PyMem_Free(spill)
+        result = hookwrap_vectorcall(step.fn, stack, (nargs + lead) | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                     kwnames)
+    PyMem_Free(spill)
+    if result is NULL:
+        _reraise_from_around(step if proceed is not None else None, proceed, caller)
+    return hookwrap_steal(result)
+
+
+cdef int _reraise_from_around(Step step, _Proceed proceed, _Proceed caller) except -1:
+    """Re-raise the error just raised by around advice ``step`` (None: by the
+    function), noted with the advice unless it came through its ``proceed``,
+    and kept on ``caller`` (the proceed that ran this level), for the advice
+    around it to tell its own errors from those passed through."""
+    try:
+        hookwrap_pending_error()
+    except BaseException as exc:
+        if step is not None and exc is not proceed.raised:
+            exc.add_note(_callback_note(step.label, step.event))
+        if caller is not None:
+            caller.raised = exc
+        raise
 
 
 cpdef object call_around(tuple around, Py_ssize_t index, object func, object obj,
@@ -899,7 +940,7 @@ cpdef object call_around(tuple around, Py_ssize_t index, object func, object obj
     cdef list values
     if nkw == 0:
         return _around_from(around, index, func, obj,
-                            PySequence_Fast_ITEMS(args), nargs, NULL)
+                            PySequence_Fast_ITEMS(args), nargs, NULL, None)
     kwnames = tuple(kwargs)
     values = list(kwargs.values())
     if nargs + nkw > MAX_STACK:
@@ -911,7 +952,7 @@ cpdef object call_around(tuple around, Py_ssize_t index, object func, object obj
             flat[i] = <PyObject *>args[i]
         for i in range(nkw):
             flat[nargs + i] = <PyObject *>values[i]
-        return _around_from(around, index, func, obj, flat, nargs, <PyObject *>kwnames)
+        return _around_from(around, index, func, obj, flat, nargs, <PyObject *>kwnames, None)
     finally:
         PyMem_Free(spill)
 
@@ -1018,6 +1059,7 @@ cdef int _run_emit_with(tuple plan, object target, object name, PyObject **value
     with a slot to lend before it: see _call_step)."""
     cdef Py_ssize_t i, n
     cdef tuple step  # an EmitStep (a tuple subclass): fn, gate, take, names, label
+    cdef PyObject *result
     cdef object raw, gate, take, entry
     stack[0] = <PyObject *>target
     for i in range(nkw):
@@ -1028,19 +1070,18 @@ cdef int _run_emit_with(tuple plan, object target, object name, PyObject **value
         if gate is not None and not gate.admit(target):
             continue
         take = step[2]
-        try:
-            if take is None:
-                raw = PyObject_Vectorcall(step[0], stack, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames)
-            else:
-                picked[0] = <PyObject *>target
-                n = len(<tuple>take)
-                for i in range(n):
-                    picked[i + 1] = stack[<Py_ssize_t>(<tuple>take)[i] + 1]
-                raw = PyObject_Vectorcall(step[0], picked, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
-                                          <PyObject *>step[3] if n else NULL)
-        except BaseException as exc:
-            exc.add_note(_callback_note(step[4], name))
-            raise
+        if take is None:
+            result = hookwrap_vectorcall(step[0], stack, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames)
+        else:
+            picked[0] = <PyObject *>target
+            n = len(<tuple>take)
+            for i in range(n):
+                picked[i + 1] = stack[<Py_ssize_t>(<tuple>take)[i] + 1]
+            result = hookwrap_vectorcall(step[0], picked, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                         <PyObject *>step[3] if n else NULL)
+        if result is NULL:
+            _reraise_noted(step[4], name)
+        raw = hookwrap_steal(result)
         if raw is not None:
             raise _emit_return_error(step[4], name, raw)
     return 0
