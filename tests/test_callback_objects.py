@@ -55,6 +55,31 @@ def test_callback_methods_follow_the_function_rules(hw):
     assert t.callbacks == []
 
 
+def test_callback_methods_get_their_object_and_their_errors_are_noted(hw):
+    # Bound methods are called through their function with the callback object
+    # as first argument (the fast path's own method call): same arguments, same
+    # keyword passing, same note on an error.
+    Trainer = make(hw)
+
+    class Picky(hw.Callback):
+        def __init__(self):
+            self.seen = []
+
+        def pre_loss(self, trainer, *, batch):
+            self.seen.append((trainer, batch))
+            if batch < 0:
+                raise ValueError("negative batch")
+            return batch
+
+    t, picky = Trainer(), Picky()
+    t.add_callback(picky)
+    assert t.compute_loss(batch=3) == 6 and t.compute_loss(4) == 8
+    assert picky.seen == [(t, 3), (t, 4)]
+    with pytest.raises(ValueError, match="negative batch") as info:
+        t.compute_loss(-1)
+    assert len(info.value.__notes__) == 1 and "pre_loss" in info.value.__notes__[0]
+
+
 def test_misspelled_event_method_is_refused_with_the_closest_names(hw):
     Trainer = make(hw)
 

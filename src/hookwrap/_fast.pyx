@@ -224,6 +224,24 @@ cdef object _call_step(Step step, PyObject **stack, Py_ssize_t m, Py_ssize_t nkw
     return hookwrap_steal(result)
 
 
+cdef inline object _call_shape(_StepShape shape, PyObject **stack, Py_ssize_t m):
+    """_call_step on the fast path, where a bound method's function is called with
+    its object put in ``stack[-1]``: what calling the method does, one C call fewer."""
+    cdef Step step = shape.step
+    cdef PyObject *kwnames = <PyObject *>step.kwnames if shape.nkw else NULL
+    cdef PyObject *result
+    if shape.bound_to is None:
+        result = hookwrap_vectorcall(shape.func, stack, (m - shape.nkw) | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                     kwnames)
+    else:
+        stack -= 1  # its slot before is not ours to lend: no ARGUMENTS_OFFSET
+        stack[0] = <PyObject *>shape.bound_to
+        result = hookwrap_vectorcall(shape.func, stack, m + 1 - shape.nkw, kwnames)
+    if result is NULL:
+        _reraise_noted(step.label, step.event)
+    return hookwrap_steal(result)
+
+
 cdef int _reraise_noted(object label, object event) except -1:
     """Re-raise the error a callback just raised, with a note naming it."""
     try:
@@ -409,6 +427,8 @@ cdef enum:
 @cython.final
 cdef class _StepShape:
     cdef Step step
+    cdef object func  # step.fn, or a bound method's function, called with...
+    cdef object bound_to  # ...its object in stack[-1] (None: not a bound method)
     cdef Py_ssize_t n
     cdef Py_ssize_t nkw
     cdef Py_ssize_t slots[MAX_STACK]
@@ -445,6 +465,12 @@ cdef _ShapePlan _plan_shape(Chain chain, Py_ssize_t nargs, object kwnames):
         for step in steps:
             shape = _StepShape.__new__(_StepShape)
             shape.step = step
+            if type(step.fn) is MethodType:  # a Callback's: call its function as CPython would
+                shape.func = step.fn.__func__
+                shape.bound_to = step.fn.__self__
+            else:
+                shape.func = step.fn
+                shape.bound_to = None
             shape.n = len(step.refs)
             shape.nkw = len(step.kwnames)
             defaults = []
@@ -532,7 +558,7 @@ cdef object _run_fast(_ShapePlan plan, object func, object obj, PyObject **args,
             if step.gate is not None and not step.gate.admit(obj):
                 continue
             m = _fill_stack(shape, stack, obj, buf, None)
-            raw = _call_step(step, stack, m, shape.nkw)
+            raw = _call_shape(shape, stack, m)
             n = shape.n
             if n == 0:
                 if raw is not None:
@@ -563,7 +589,7 @@ cdef object _run_fast(_ShapePlan plan, object func, object obj, PyObject **args,
             if step.gate is not None and not step.gate.admit(obj):
                 continue
             m = _fill_stack(shape, stack, obj, buf, result)
-            raw = _call_step(step, stack, m, shape.nkw)
+            raw = _call_shape(shape, stack, m)
             result = step.absorb(obj, None, None, raw, result)  # post: arguments untouched
         return result
     finally:
