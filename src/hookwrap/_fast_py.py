@@ -198,7 +198,7 @@ class Chain:
     """
 
     __slots__ = ("tp", "valid", "base", "fire", "pre", "post", "around", "error", "empty",
-                 "check_state", "state_in_dict", "passthrough", "read_by_trace", "runners")
+                 "check_state", "passthrough", "read_by_trace", "runners")
 
     def __init__(self, tp: Any, fire: bool, pre: tuple[Step, ...],
                  post: tuple[Step, ...], around: tuple[Step, ...] = (),
@@ -215,11 +215,6 @@ class Chain:
         self.empty = not (pre or post or around or error)
         # Could an instance of `tp` hold callbacks of its own? (its ClassRecord knows)
         self.check_state = check_state
-        # How a call reads an instance's state: getattr(obj, STATE_KEY, None), unless
-        # its class has a __getattr__ (nn.Module's), which every miss would call and
-        # which raises: ~1 us a call. Then from obj.__dict__ (a stateful class's
-        # instances have one).
-        self.state_in_dict = check_state and hasattr(tp, "__getattr__")
         # The one check a call makes when nothing can run.
         self.passthrough = not fire or (self.empty and not check_state)
         self.read_by_trace = False  # the compiled twin's mark (its `traced` sets it)
@@ -341,8 +336,7 @@ def _make_dispatch(jp: JoinPoint) -> Callable[..., Any]:
                 if args and chain.tp is type(args[0]):
                     if chain.passthrough:
                         return jp.func(*args, **kwargs)
-                    if chain.empty and (args[0].__dict__.get(STATE_KEY) if chain.state_in_dict
-                                        else getattr(args[0], STATE_KEY, None)) is None:
+                    if chain.empty and getattr(args[0], STATE_KEY, None) is None:
                         return jp.func(*args, **kwargs)  # no callbacks of its own
             elif binding == FUNCTION:
                 if chain.tp is jp.owner and chain.passthrough:
@@ -377,7 +371,9 @@ def _dispatch(jp: JoinPoint, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
     if chain.passthrough:
         return jp.func(*args, **kwargs)
     if chain.check_state:
-        state = obj.__dict__.get(STATE_KEY) if chain.state_in_dict else getattr(obj, STATE_KEY, None)
+        # Its class holds STATE_KEY = None (see _owners.class_record), so a miss
+        # never reaches a __getattr__ (nn.Module's, or one delegating elsewhere).
+        state = getattr(obj, STATE_KEY, None)
         if state is not None:
             cached = state.chains.get(jp)  # chain_for's hit, inline
             if cached is not None and cached.valid and cached.base is chain:
@@ -583,9 +579,6 @@ class EmitEvent:
         self.runners: dict[tuple[str, ...], Callable[..., None]] = {}  # the pure emit's
 
 
-_NO_DICT: dict[str, Any] = {}
-
-
 def emitter(planner: Any) -> Callable[..., None]:
     """The ``emit`` function. On a miss it asks ``planner.gather(target, tp, name)``
     for the event's listeners (which it caches on their owner) and
@@ -595,19 +588,18 @@ def emitter(planner: Any) -> Callable[..., None]:
     def emit(target: Any, name: str, /, **kwargs: Any) -> None:
         """Call the callbacks of custom event ``name`` on ``target``, each with the
         keywords it names (and ``target`` as its first argument)."""
-        if isinstance(target, type):
-            tp = target
-            state = None
-        else:
-            tp = type(target)
-            # As _dispatch reads it (see Chain.state_in_dict): getattr leaves an
-            # object's inline attributes be, where reading __dict__ would not.
-            state = (getattr(target, "__dict__", _NO_DICT).get(STATE_KEY) if hasattr(tp, "__getattr__")
-                     else getattr(target, STATE_KEY, None))
+        tp = target if isinstance(target, type) else type(target)
+        record = getattr(tp, RECORD_ATTR, None)
+        if record is not None and record.cls is not tp:
+            record = None  # a base class's
+        state = None
+        if record is not None and record.stateful and tp is not target:
+            # Some instance holds listeners of its own. getattr finds the class's
+            # None (see _owners.class_record) where this one holds none.
+            state = getattr(target, STATE_KEY, None)
         if state is not None:
             event = state.emit_cache.get(name)
         else:
-            record = tp.__dict__.get(RECORD_ATTR)
             event = record.emit_cache.get(name) if record is not None else None
         if event is None:
             event = planner.gather(target, tp, name)

@@ -26,7 +26,7 @@ import threading
 import weakref
 from typing import Any, Iterator
 
-from ._dispatch import RECORD_ATTR
+from ._dispatch import RECORD_ATTR, STATE_KEY
 from .errors import HookError
 from .events import normalize
 
@@ -149,6 +149,12 @@ def class_record(cls: type, create: bool = True) -> ClassRecord | None:
                 record = ClassRecord(cls)
                 try:
                     type.__setattr__(cls, RECORD_ATTR, record)
+                    # What reading an instance's state finds where it holds none:
+                    # the read stops here, before any __getattr__ of the class
+                    # (nn.Module's raises, ~1 us; a delegating one would lend
+                    # another object's state).
+                    if STATE_KEY not in cls.__dict__:
+                        type.__setattr__(cls, STATE_KEY, None)
                 except (TypeError, AttributeError) as exc:
                     raise HookError(
                         f"hookwrap cannot keep callbacks on {cls.__qualname__} ({exc}); "
@@ -176,6 +182,8 @@ def discard_class_record(cls: type) -> None:
         if record is not None:
             record.drop(None)
             type.__delattr__(cls, RECORD_ATTR)
+            if STATE_KEY in cls.__dict__ and cls.__dict__[STATE_KEY] is None:  # class_record's
+                type.__delattr__(cls, STATE_KEY)
 
 
 def with_subclasses(cls: type) -> Iterator[type]:
