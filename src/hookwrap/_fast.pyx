@@ -45,7 +45,6 @@ cdef extern from "Python.h":
     object PyVectorcall_Call(object callable, object tuple, object dict)
     Py_ssize_t PyVectorcall_NARGS(size_t nargsf)
     size_t PY_VECTORCALL_ARGUMENTS_OFFSET
-    PyObject *PyDict_GetItemWithError(object d, object key) except? NULL
 
 cdef extern from *:
     """
@@ -72,12 +71,6 @@ cdef extern from *:
         return 0;
     }
 
-    /* The instance attribute `key` of `obj`, or None: read as
-       object.__getattribute__ reads it, so no __getattr__ is called (nn.Module's
-       would be, and raise, on every miss), and an object keeping its attributes
-       inline (CPython 3.11+) is left so: asking for its __dict__ would build one,
-       making every later attribute read on it slower, the caller's `obj.step`
-       among them (3.12: ~100 instructions a call). */
     /* For a call whose error the caller handles itself (see _call_step). */
     static PyObject *hookwrap_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
                                          PyObject *kwnames) {
@@ -86,6 +79,12 @@ cdef extern from *:
     static PyObject *hookwrap_steal(PyObject *o) { return o; }  /* hand over a reference */
     static int hookwrap_pending_error(void) { return -1; }  /* the error already set */
 
+    /* The instance attribute `key` of `obj`, or None: read as
+       object.__getattribute__ reads it, so no __getattr__ is called (nn.Module's
+       would be, and raise, on every miss), and an object keeping its attributes
+       inline (CPython 3.11+) is left so: asking for its __dict__ would build one,
+       making every later attribute read on it slower, the caller's `obj.step`
+       among them (3.12: ~100 instructions a call). */
     static PyObject *hookwrap_instance_attribute(PyObject *obj, PyObject *key) {
         PyObject *found = _PyObject_GenericGetAttrWithDict(obj, key, NULL, 1);
         if (found == NULL && !PyErr_Occurred()) Py_RETURN_NONE;
@@ -141,8 +140,6 @@ JOIN_POINT_ATTR = "__hookwrap_join_point__"
 # on every read where Cython caches none (CPython 3.12+, ~145 instructions).
 cdef str _STATE_KEY = STATE_KEY
 cdef str _RECORD_ATTR = RECORD_ATTR
-
-
 
 # Chains come from the planner handed to each JoinPoint when it is built
 # (``_chains.Planner``): type_chain(jp, tp), instance_chain(state, jp, type_chain)
@@ -209,34 +206,21 @@ cdef class ArgRef:
 cdef class Step
 
 
-cdef object _call_step(Step step, PyObject **stack, Py_ssize_t m, Py_ssize_t nkw):
-    """Call ``step.fn`` with ``stack``, whose ``stack[-1]`` is ours to lend: a bound
-    method (a Callback's) puts its object there instead of copying the array.
-    (No try block: entering one saves the handled exception, on every call.)"""
+cdef inline object _call_step(Step step, object fn, object bound_to, PyObject **stack,
+                              Py_ssize_t m, Py_ssize_t nkw):
+    """Call ``fn`` with ``stack``, whose ``stack[-1]`` is ours to lend: a bound
+    method puts its object there instead of copying the array. ``fn`` is
+    ``step.fn``, or a bound method's function with its object ``bound_to``, put
+    before the arguments here: what calling the method does, one C call fewer.
+    No try block: entering one saves the handled exception, on every call."""
+    cdef PyObject *kwnames = <PyObject *>step.kwnames if nkw else NULL
     cdef PyObject *result
-    if nkw:
-        result = hookwrap_vectorcall(step.fn, stack, (m - nkw) | PY_VECTORCALL_ARGUMENTS_OFFSET,
-                                     <PyObject *>step.kwnames)
-    else:
-        result = hookwrap_vectorcall(step.fn, stack, m | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL)
-    if result is NULL:
-        _reraise_noted(step.label, step.event)
-    return hookwrap_steal(result)
-
-
-cdef inline object _call_shape(_StepShape shape, PyObject **stack, Py_ssize_t m):
-    """_call_step on the fast path, where a bound method's function is called with
-    its object put in ``stack[-1]``: what calling the method does, one C call fewer."""
-    cdef Step step = shape.step
-    cdef PyObject *kwnames = <PyObject *>step.kwnames if shape.nkw else NULL
-    cdef PyObject *result
-    if shape.bound_to is None:
-        result = hookwrap_vectorcall(shape.func, stack, (m - shape.nkw) | PY_VECTORCALL_ARGUMENTS_OFFSET,
-                                     kwnames)
+    if bound_to is None:
+        result = hookwrap_vectorcall(fn, stack, (m - nkw) | PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames)
     else:
         stack -= 1  # its slot before is not ours to lend: no ARGUMENTS_OFFSET
-        stack[0] = <PyObject *>shape.bound_to
-        result = hookwrap_vectorcall(shape.func, stack, m + 1 - shape.nkw, kwnames)
+        stack[0] = <PyObject *>bound_to
+        result = hookwrap_vectorcall(fn, stack, m + 1 - nkw, kwnames)
     if result is NULL:
         _reraise_noted(step.label, step.event)
     return hookwrap_steal(result)
@@ -306,7 +290,7 @@ cdef class Step:
                 Py_INCREF(value)
                 stack[n] = <PyObject *>value
                 n += 1
-            return _call_step(self, stack, n, nkw)
+            return _call_step(self, self.fn, None, stack, n, nkw)
         finally:
             for i in range(n):
                 Py_XDECREF(stack[i])
@@ -558,7 +542,7 @@ cdef object _run_fast(_ShapePlan plan, object func, object obj, PyObject **args,
             if step.gate is not None and not step.gate.admit(obj):
                 continue
             m = _fill_stack(shape, stack, obj, buf, None)
-            raw = _call_shape(shape, stack, m)
+            raw = _call_step(step, shape.func, shape.bound_to, stack, m, shape.nkw)
             n = shape.n
             if n == 0:
                 if raw is not None:
@@ -589,7 +573,7 @@ cdef object _run_fast(_ShapePlan plan, object func, object obj, PyObject **args,
             if step.gate is not None and not step.gate.admit(obj):
                 continue
             m = _fill_stack(shape, stack, obj, buf, result)
-            raw = _call_shape(shape, stack, m)
+            raw = _call_step(step, shape.func, shape.bound_to, stack, m, shape.nkw)
             result = step.absorb(obj, None, None, raw, result)  # post: arguments untouched
         return result
     finally:
