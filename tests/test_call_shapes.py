@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -82,3 +83,76 @@ def test_replacements_reach_the_method_as_the_model_says(hw_module, call, replac
         assert received == [expected]
         # post callbacks read the final arguments, defaults included
         assert seen_after == [(expected[0], expected[1], expected[3])]
+
+
+def _outcome(call):
+    try:
+        return ("returned", call())
+    except TypeError as exc:
+        return ("raised", str(exc))
+
+
+# (args, kwargs) after the object; several are calls Python refuses.
+SHAPES = [((), {}), ((1,), {}), ((1, 2), {}), ((1, 2, 3), {}), ((1, 2, 3, 4), {}),
+          ((), {"a": 1}), ((1,), {"b": 2}), ((), {"a": 1, "b": 2, "c": 3}), ((1,), {"a": 1}),
+          ((1,), {"z": 0}), ((1, 2), {"c": 3})]
+
+
+def _signatures():
+    """Join point bodies: required arguments (one, none, more than the pure twin's
+    slots), defaults, keyword-only, positional-only, *args and **kwargs."""
+    return {
+        "a": "def step(self, a): return (a,)",
+        "a, b=2": "def step(self, a, b=2): return (a, b)",
+        "a, /, b, *, c=3": "def step(self, a, /, b, *, c=3): return (a, b, c)",
+        "*rest, **kw": "def step(self, *rest, **kw): return (rest, kw)",
+        "no arguments": "def step(self): return ()",
+        "nine": "def step(self, a, b, c, d, e, f, g, h, i): return (a, i)",
+    }
+
+
+def test_a_join_point_accepts_the_calls_its_function_does_and_advice_sees_each_as_made(hw):
+    """Whichever twin, nothing registered or around advice: the call returns what
+    the bare function returns, or raises its TypeError with the same message; the
+    advice gets the arguments as the caller passed them (positional or keyword)."""
+    for label, source in _signatures().items():
+        namespace: dict = {}
+        exec(source, namespace)
+        bare = namespace["step"]
+
+        class Trainer(hw.Hookable):
+            step = hw.hookable(bare)
+
+        Trainer.step.__qualname__ = bare.__qualname__  # TypeErrors name it alike
+
+        plain, advised = Trainer(), Trainer()
+        seen = []
+
+        def advice(self, proceed, *args, **kwargs):
+            seen.append((args, kwargs))
+            return proceed(*args, **kwargs)
+
+        advised.around("step", advice)
+        shapes = SHAPES + [((1,) * 9, {}), ((1,) * 8, {"i": 9})]
+        for args, kwargs in shapes:
+            for repeat in range(2):  # the first call plans, the second takes the plan
+                expected = _outcome(lambda: bare(plain, *args, **kwargs))
+                assert _outcome(lambda: plain.step(*args, **kwargs)) == expected, (label, args, kwargs)
+                seen.clear()
+                assert _outcome(lambda: advised.step(*args, **kwargs)) == expected, (label, args, kwargs)
+                assert seen == [(args, kwargs)], (label, args, kwargs)
+
+
+def test_proceed_takes_its_arguments_by_position_or_keyword(hw):
+    class Trainer(hw.Hookable):
+        @hw.hookable
+        def step(self, a, b=2):
+            return (a, b)
+
+    t = Trainer()
+    calls = iter([lambda p: p(1), lambda p: p(a=1), lambda p: p(1, 5), lambda p: p(1, b=5),
+                  lambda p: p()])
+    t.around("step", lambda self, proceed, *args, **kwargs: next(calls)(proceed))
+    assert [t.step(0) for _ in range(4)] == [(1, 2), (1, 2), (1, 5), (1, 5)]
+    with pytest.raises(TypeError, match="missing 1 required positional argument: 'a'"):
+        t.step(0)

@@ -48,7 +48,7 @@ def test_both_implementations_export_the_same_names():
 
     def public(module):
         return {n for n in vars(module) if not n.startswith("_")} - {
-            "annotations", "Any", "Callable", "MethodType", "inspect", "Parameter", "cython", "NamedTuple", "cast",
+            "annotations", "Any", "Callable", "FunctionType", "MethodType", "inspect", "Parameter", "cython", "NamedTuple", "cast",
         }
 
     assert public(fast) == public(pure)

@@ -298,7 +298,7 @@ def test_compiled_call_with_nothing_registered_allocates_nothing(hw):
     import tracemalloc
 
     if not hw.USING_EXTENSION:
-        pytest.skip("the pure twin packs *args into a tuple on every call")
+        pytest.skip("the pure twin's dispatch function takes **kwargs: a dict on every call")
 
     class Trainer(hw.Hookable):
         @hw.hookable

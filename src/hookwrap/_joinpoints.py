@@ -51,7 +51,7 @@ def name_join_point(value: Any, owner: type, name: str) -> None:
     if not jp.explicit_event:
         jp.event = name
     if type(value) is FunctionType and jp.binding == FUNCTION:
-        jp.binding = METHOD  # a plain function in a class body: an instance method
+        jp.rebind(METHOD)  # a plain function in a class body: an instance method
         jp.planner.named(jp, owner, name)  # as the compiled twin's __set_name__ does
 
 
