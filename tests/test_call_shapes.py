@@ -156,3 +156,20 @@ def test_proceed_takes_its_arguments_by_position_or_keyword(hw):
     assert [t.step(0) for _ in range(4)] == [(1, 2), (1, 2), (1, 5), (1, 5)]
     with pytest.raises(TypeError, match="missing 1 required positional argument: 'a'"):
         t.step(0)
+
+
+def test_filtered_around_advice_sees_keyword_calls_as_made(hw):
+    class Trainer(hw.Hookable):
+        @hw.hookable
+        def step(self, batch, scale=1):
+            return batch * scale
+
+    t, seen = Trainer(), []
+
+    def advice(self, proceed, *args, **kwargs):
+        seen.append((args, kwargs))
+        return proceed(*args, **kwargs)
+
+    t.around("step", advice, every=2)
+    assert [t.step(1, scale=3) for _ in range(3)] + [t.step(batch=2) for _ in range(2)] == [3, 3, 3, 2, 2]
+    assert seen == [((1,), {"scale": 3}), ((), {"batch": 2})]  # every second call: the 2nd and the 4th

@@ -10,6 +10,7 @@ Keep the two files in step: the test suite runs against both.
 from __future__ import annotations
 
 import inspect
+from keyword import iskeyword as _iskeyword
 from types import FunctionType, MethodType
 from typing import Any, Callable, NamedTuple, cast
 
@@ -218,7 +219,9 @@ class Chain:
         # The one check a call makes when nothing can run.
         self.passthrough = not fire or (self.empty and not check_state)
         self.read_by_trace = False  # the compiled twin's mark (its `traced` sets it)
-        self.runners: dict[int, Any] = {}  # positional call shape -> compiled runner, or False
+        # Call shape (positional count, and the keyword names in order if any) ->
+        # its compiled runner (_compile_runner), or False.
+        self.runners: dict[Any, Any] = {}
 
     @property
     def traced(self) -> Chain:
@@ -482,9 +485,16 @@ def _dispatch(jp: JoinPoint, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
     if not kwargs:
         runner = chain.runners.get(len(args))
         if runner is None:
-            runner = chain.runners[len(args)] = _compile_runner(chain, len(args))
+            runner = chain.runners[len(args)] = _compile_runner(chain, len(args), ())
         if runner:
             return runner(jp.func, obj, *args)
+    else:
+        shape = (len(args), tuple(kwargs))
+        runner = chain.runners.get(shape)
+        if runner is None:
+            runner = chain.runners[shape] = _compile_runner(chain, len(args), shape[1])
+        if runner:
+            return runner(jp.func, obj, *args, *kwargs.values())
     return _run_owned(chain, jp.func, obj, list(args), kwargs)
 
 
@@ -578,12 +588,15 @@ def call_around(around: tuple[Step, ...], index: int, func: Callable[..., Any], 
 # Python; this costs about what the hand loop does.
 
 
-def _compile_runner(chain: Chain, nargs: int) -> Any:
-    """A function ``run(func, obj, a0, ..., a<nargs-1>)`` for calls with ``nargs``
-    positional arguments and no keywords, or False where the general path is needed."""
-    if chain.error:
+def _compile_runner(chain: Chain, nargs: int, kwnames: tuple[str, ...]) -> Any:
+    """A function ``run(func, obj, a0, ..., k0, ...)`` for calls with ``nargs``
+    positional arguments then the keywords ``kwnames`` (their values, in order),
+    or False where the general path is needed."""
+    if chain.error or not all(name.isidentifier() and not _iskeyword(name) for name in kwnames):
         return False
     names = [f"a{i}" for i in range(nargs)]
+    keywords = {name: f"k{i}" for i, name in enumerate(kwnames)}  # keyword -> its local
+    passed = names + [f"{name}={local}" for name, local in keywords.items()]
     ns: dict[str, Any] = {"RE": _return_error, "NOTE": _callback_note, "AROUND": chain.around,
                           "CALL_AROUND": call_around}
     body: list[str] = []
@@ -591,11 +604,12 @@ def _compile_runner(chain: Chain, nargs: int) -> Any:
         if phase == POST and chain.around:  # advice sees the call's arguments, not the object
             seen = names[1:] if chain.around[0].pass_obj else names
             if any(step.gate is not None for step in chain.around):  # which run: decided per call
-                body.append(f"result = CALL_AROUND(AROUND, 0, func, obj, ({''.join(n + ', ' for n in seen)}), {{}})")
+                as_dict = "{" + ", ".join(f"{name!r}: {local}" for name, local in keywords.items()) + "}"
+                body.append(f"result = CALL_AROUND(AROUND, 0, func, obj, ({''.join(n + ', ' for n in seen)}), {as_dict})")
             else:
-                body += _around_code(chain.around, seen, ns)
+                body += _around_code(chain.around, seen, passed[nargs:], ns)
         elif phase == POST:
-            body.append(f"result = func({', '.join(names)})")
+            body.append(f"result = func({', '.join(passed)})")
         for i, step in enumerate(steps):
             tag = f"{'P' if phase == PRE else 'Q'}{i}"
             ns[f"S{tag}"], ns[f"F{tag}"], ns[f"G{tag}"] = step, step.fn, step.gate
@@ -606,6 +620,8 @@ def _compile_runner(chain: Chain, nargs: int) -> Any:
                     exprs.append("result")
                 elif ref.kind in (POS_ONLY, POS_OR_KW) and ref.index < nargs:
                     exprs.append(names[ref.index])
+                elif ref.kind in (POS_OR_KW, KW_ONLY) and ref.name in keywords:
+                    exprs.append(keywords[ref.name])
                 elif ref.kind <= KW_ONLY and phase == POST and ref.default is not MISSING:
                     ns[f"D{tag}_{j}"] = ref.default
                     exprs.append(f"D{tag}_{j}")
@@ -642,16 +658,19 @@ def _compile_runner(chain: Chain, nargs: int) -> Any:
                 block = [f"if G{tag}.admit(obj):"] + ["    " + line for line in block]
             body += block
     body.append("return result")
-    source = f"def run(func, obj{''.join(', ' + name for name in names)}):\n" + "".join(f"    {line}\n" for line in body)
+    params = "".join(", " + local for local in names + list(keywords.values()))
+    source = f"def run(func, obj{params}):\n" + "".join(f"    {line}\n" for line in body)
     exec(compile(source, "<hookwrap runner>", "exec"), ns)  # noqa: S102 - generated from plans
     return ns["run"]
 
 
-def _around_code(around: tuple[Step, ...], seen: list[str], ns: dict[str, Any]) -> list[str]:
-    """A runner's lines calling its around advice (none filtered) and setting
+def _around_code(around: tuple[Step, ...], seen: list[str], keywords: list[str],
+                 ns: dict[str, Any]) -> list[str]:
+    """A runner's lines calling its around advice (none filtered) with the call's
+    positional arguments ``seen`` and ``keywords`` ("name=local"), and setting
     ``result``: call_around's work, planned. Each advice's ``proceed`` is a
-    closure taking the call's arguments in slots, as a dispatch function does,
-    and calls the next advice (or the function) with them as they came."""
+    closure taking the call's positional arguments in slots, as a dispatch
+    function does, and calls the next advice (or the function) with what it got."""
     pass_obj = around[0].pass_obj
     ns["TWICE"], ns["_NOT_PASSED"] = _proceed_twice, _NOT_PASSED
     slots = [f"p{i}" for i in range(len(seen))]
@@ -682,7 +701,7 @@ def _around_code(around: tuple[Step, ...], seen: list[str], ns: dict[str, Any]) 
         lines += [f"        raised{i} = e", "        raise"]  # passed through: not advice i's
     lines += [
         "try:",
-        f"    result = FA0({'obj, ' if pass_obj else ''}proceed0{''.join(', ' + name for name in seen)})",
+        f"    result = FA0({'obj, ' if pass_obj else ''}proceed0{''.join(', ' + arg for arg in seen + keywords)})",
         "except BaseException as e:",
         "    if e is not raised0: e.add_note(NOTE(SA0.label, SA0.event))",
         "    raise",
