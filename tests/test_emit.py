@@ -118,6 +118,9 @@ def test_planned_emit_follows_call_shapes_and_registrations(hw):
     other = make(hw)()  # another instance: only its class's listeners
     other.emit("on_train_batch_end", loss=7)
     assert other.log == []
+    other.on("on_train_batch_end", lambda self, loss: self.log.append(("loss", loss)))
+    other.emit("on_train_batch_end", loss=8)  # an event emitted to no one, then listened to
+    assert other.log == [("loss", 8)]
     for _ in range(2):  # an unknown event fails every time too
         with pytest.raises(hw.UnknownEventError):
             t.emit("on_train_batch_ends", loss=1)

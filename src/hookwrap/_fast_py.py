@@ -337,7 +337,7 @@ def _named_like(stored: Any, func: Any) -> Any:
 
 def _make_dispatch(jp: JoinPoint) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     """The dispatch function of ``jp``, and its code for each binding (``rebind``)."""
-    variants = _dispatcher(_slots(jp.func))(jp, jp.func, _general, _dispatch)
+    variants = _dispatcher(_slots(jp.func))(jp, jp.func, _dispatch)
     dispatch = variants[jp.binding]
 
     def traced(*args: Any, **kwargs: Any) -> Any:
@@ -371,15 +371,15 @@ def _slots(func: Any) -> int:
 
 
 # Per binding (FUNCTION, METHOD, CLASSMETHOD): what makes a call's chain the one
-# cached, read from the call's first slot (a0), or the join point's owner.
-_CACHED = {FUNCTION: "chain.tp is jp.owner", METHOD: "chain.tp is type(a0)",
-           CLASSMETHOD: "chain.tp is a0"}
+# cached, read from the call's first argument (FIRST), or the join point's owner.
+_CACHED = {FUNCTION: "chain.tp is jp.owner", METHOD: "chain.tp is type(FIRST)",
+           CLASSMETHOD: "chain.tp is FIRST"}
 _dispatchers: dict[int, Callable[..., Any]] = {}
 
 
 def _dispatcher(n: int) -> Callable[..., Any]:
-    """``make(jp, func, general, owned)``: ``n``-slot dispatch functions, one per
-    binding, in binding order. They share their free variables, so that one's
+    """``make(jp, func, owned)``: ``n``-slot dispatch functions, one per binding,
+    in binding order. They share their free variables, so that one's
     ``__code__`` can replace another's."""
     made = _dispatchers.get(n)
     if made is not None:
@@ -389,18 +389,32 @@ def _dispatcher(n: int) -> Callable[..., Any]:
     packed_slots = "".join(f"{slot}, " for slot in slots)
     params = "".join(f"{slot}=_NOT_PASSED, " for slot in slots) + ("/, " if slots else "")
     packed = _packed(slots)
-    source = ["def make(jp, func, general, owned):"]
+    source = ["def make(jp, func, owned):"]
     for binding in (FUNCTION, METHOD, CLASSMETHOD):
+        # A call passing keywords, or other positional arguments than the slots:
+        # the function if nothing can run (as below), else the general path.
+        cached = _CACHED[binding].replace("FIRST", "args[0]")
+        if binding != FUNCTION:
+            cached = f"args and {cached}"
+        if binding == METHOD:
+            cached += (" and chain.valid and (chain.passthrough or chain.empty"
+                       " and getattr(args[0], STATE_KEY, None) is None)")
+        else:
+            cached += " and chain.valid and chain.passthrough"
         source += [
             f"  def dispatch({params}*args, **kwargs):",
             f"    if args or kwargs{f' or {slots[-1]} is _NOT_PASSED' if slots else ''}:",
-            f"        return general(jp, {packed}, kwargs)",
+        ] + ([f"        args = {packed}"] if slots else []) + [
+            "        chain = jp._chain",
+            f"        if {cached}:",
+            "            return func(*args, **kwargs)",
+            "        return owned(jp, args, kwargs)",
         ]
         if slots or binding == FUNCTION:
             obj = "None" if binding == FUNCTION else "a0"
             source += [
                 "    chain = jp._chain",
-                f"    if {_CACHED[binding]} and chain.valid:",  # the chain of this call's class
+                f"    if {_CACHED[binding].replace('FIRST', 'a0')} and chain.valid:",  # this call's class's
                 "        if chain.passthrough:",
                 f"            return func({passed})",
             ]
@@ -424,7 +438,7 @@ def _dispatcher(n: int) -> Callable[..., Any]:
             ]
         source += [
             f"    return owned(jp, ({packed_slots}), kwargs)",
-            "    func, general, owned  # (never run) every variant closes over these",
+            "    func, owned  # (never run) every variant closes over these",
         ]
         source.append(f"  v{binding} = dispatch")
     source.append(f"  return v{FUNCTION}, v{METHOD}, v{CLASSMETHOD}")
@@ -432,25 +446,6 @@ def _dispatcher(n: int) -> Callable[..., Any]:
     exec(compile("\n".join(source) + "\n", f"<hookwrap dispatch, {n} slots>", "exec"), ns)  # noqa: S102
     made = _dispatchers[n] = cast(Callable[..., Any], ns["make"])
     return made
-
-
-def _general(jp: JoinPoint, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """A call passing keywords, or other positional arguments than the slots."""
-    chain = jp._chain
-    if chain.valid:
-        binding = jp.binding
-        if binding == METHOD:
-            if args and chain.tp is type(args[0]):
-                if chain.passthrough:
-                    return jp.func(*args, **kwargs)
-                if chain.empty and getattr(args[0], STATE_KEY, None) is None:
-                    return jp.func(*args, **kwargs)  # no callbacks of its own
-        elif binding == FUNCTION:
-            if chain.tp is jp.owner and chain.passthrough:
-                return jp.func(*args, **kwargs)
-        elif args and chain.tp is args[0] and chain.passthrough:  # CLASSMETHOD
-            return jp.func(*args, **kwargs)
-    return _dispatch(jp, args, kwargs)
 
 
 def _dispatch(jp: JoinPoint, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -769,6 +764,8 @@ def emitter(planner: Any) -> Callable[..., None]:
             event = record.emit_cache.get(name) if record is not None else None
         if event is None:
             event = planner.gather(target, tp, name)
+        if not event.listeners:  # nothing to plan or run for any call shape
+            return
         shape = tuple(kwargs)
         run = event.runners.get(shape)
         if run is None:  # plan the shape: its steps, and their runner (emit_runner)
