@@ -272,3 +272,68 @@ def test_around_sees_what_pre_callbacks_replaced_and_filters_skip_advice(hw):
     loop.around("wide", lambda self, proceed, **kw: proceed(**kw, extra=1))
     many = {f"k{i}": i for i in range(40)}
     assert loop.wide(**many) == (41, 39)
+
+
+def test_each_call_gets_its_own_proceed_and_none_keeps_the_call_alive(hw):
+    """A proceed the advice keeps stays that call's (a second call is an error,
+    and later calls get others); one it does not keep holds nothing of its call:
+    the object is freed with its last reference."""
+    import gc
+    import weakref
+
+    kept = []
+
+    class Trainer(hw.Hookable):
+        @hw.hookable
+        def step(self, batch):
+            return batch + 1
+
+    def keeping(self, proceed, batch):
+        if batch < 0:
+            kept.append(proceed)
+        return proceed(abs(batch))
+
+    hw.around(Trainer, "step", keeping)
+    t = Trainer()
+    assert [t.step(-1), t.step(2), t.step(-3), t.step(4)] == [2, 3, 4, 5]
+    assert len(kept) == 2 and kept[0] is not kept[1]
+    with pytest.raises(hw.HookError, match=r"called proceed\(\) a second time"):
+        kept[0](1)
+    kept.clear()
+    gone = weakref.ref(t)
+    gc.disable()  # freed by its reference count, not by a collection
+    try:
+        del t
+        assert gone() is None
+    finally:
+        gc.enable()
+
+
+def test_around_advice_may_call_its_join_point_again(hw):
+    class Tree(hw.Hookable):
+        @hw.hookable
+        def depth(self, n):
+            return 0 if n == 0 else 1 + self.depth(n - 1)
+
+    seen = []
+
+    def counting(self, proceed, n):
+        seen.append(n)
+        return proceed(n) * 10 if n == 0 else proceed(n)
+
+    hw.around(Tree, "depth", counting)
+    assert Tree().depth(3) == 3 and seen == [3, 2, 1, 0]
+    seen.clear()
+    assert Tree().depth(1) == 1 and seen == [1, 0]  # the inner call's result is 0 * 10
+
+
+def test_innermost_proceed_passes_arguments_as_given_to_a_function(hw):
+    @hw.hookable
+    def shift(x, by=1):
+        return x - by
+
+    calls = iter([lambda p: p(5), lambda p: p(5, by=2), lambda p: p(x=5, by=3), lambda p: p()])
+    shift.around(lambda proceed, x, by=1: next(calls)(proceed))
+    assert [shift(0) for _ in range(3)] == [4, 3, 2]
+    with pytest.raises(TypeError, match="missing 1 required positional argument: 'x'"):
+        shift(0)

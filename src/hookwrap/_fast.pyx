@@ -18,7 +18,7 @@ Keep it in step with ``_fast_py.py``: the same test suite runs on both.
 
 cimport cython
 from cpython.object cimport PyObject, PyTypeObject, Py_TYPE
-from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.ref cimport Py_INCREF, Py_REFCNT, Py_XDECREF
 from cpython.dict cimport PyDict_GetItem
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.sequence cimport PySequence_Fast_ITEMS
@@ -868,8 +868,39 @@ cdef object _proceed_vectorcall(_Proceed self, PyObject **args, size_t nargsf, P
     if self.called:
         raise _proceed_twice(self.around[self.index])
     self.called = True
+    if self.index + 1 == PyTuple_GET_SIZE(self.around):  # the last advice: the function
+        return _proceed_to_function(self, args, nargsf, kwnames)
     return _around_from(self.around, self.index + 1, self.func, self.obj, args,
                         PyVectorcall_NARGS(nargsf), kwnames, self)
+
+
+cdef object _proceed_to_function(_Proceed self, PyObject **args, size_t nargsf, PyObject *kwnames):
+    """``_around_from`` with no advice left, called by the innermost advice's
+    proceed: the function takes the caller's arguments where they lie, with the
+    object in the slot before them where the caller lent it
+    (PY_VECTORCALL_ARGUMENTS_OFFSET)."""
+    cdef PyObject *result
+    cdef PyObject *lent
+    cdef PyObject **with_obj = args - 1  # the slot lent, then the arguments
+    cdef Py_ssize_t nargs = PyVectorcall_NARGS(nargsf)
+    if not (<Step>PyTuple_GET_ITEM(self.around, 0)).pass_obj:
+        result = hookwrap_vectorcall(self.func, args, nargsf, kwnames)
+    elif nargsf & PY_VECTORCALL_ARGUMENTS_OFFSET:
+        lent = with_obj[0]
+        with_obj[0] = <PyObject *>self.obj
+        result = hookwrap_vectorcall(self.func, with_obj, nargs + 1, kwnames)
+        with_obj[0] = lent
+    else:
+        return _around_from(self.around, self.index + 1, self.func, self.obj, args, nargs,
+                            kwnames, self)
+    if result is NULL:
+        _reraise_from_around(None, None, self)
+    return hookwrap_steal(result)
+
+
+# One _Proceed, no longer referenced by the advice that had it, kept for the next
+# call of around advice: a fresh one costs an allocation and its set-up.
+cdef _Proceed _spare_proceed = None
 
 
 cdef object _around_from(tuple around, Py_ssize_t index, object func, object obj,
@@ -884,6 +915,7 @@ cdef object _around_from(tuple around, Py_ssize_t index, object func, object obj
     cdef PyObject *result
     cdef Step step = None
     cdef _Proceed proceed = None
+    global _spare_proceed
     if kwnames is not NULL:
         total += len(<tuple>kwnames)
     while index < n:
@@ -892,8 +924,13 @@ cdef object _around_from(tuple around, Py_ssize_t index, object func, object obj
             break
         index += 1
     if index < n:
-        proceed = _Proceed.__new__(_Proceed)
-        proceed.vectorcall = <void *>_proceed_vectorcall
+        proceed = _spare_proceed
+        if proceed is None:
+            proceed = _Proceed.__new__(_Proceed)
+            proceed.vectorcall = <void *>_proceed_vectorcall
+        else:  # taken while in use: a nested call makes its own
+            _spare_proceed = None
+            proceed.called = False
         proceed.around = around
         proceed.index = index
         proceed.func = func
@@ -921,6 +958,11 @@ cdef object _around_from(tuple around, Py_ssize_t index, object func, object obj
     PyMem_Free(spill)
     if result is NULL:
         _reraise_from_around(step if proceed is not None else None, proceed, caller)
+    if proceed is not None and Py_REFCNT(proceed) == 1 and _spare_proceed is None:
+        # The advice kept no reference to it: keep it for the next call, holding
+        # nothing of this one (its object, the function, an error passed through).
+        proceed.around = proceed.func = proceed.obj = proceed.raised = None
+        _spare_proceed = proceed
     return hookwrap_steal(result)
 
 

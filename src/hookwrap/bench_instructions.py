@@ -112,6 +112,9 @@ def setup(name: str) -> tuple[str, dict[str, Any]]:
     if name == "hookwrap around k=1":
         obj.around("step", _around)
         return method
+    if name == "hookwrap around, class tier k=1":
+        hw.around(Model, "step", _around)
+        return method
     if name == "hookwrap emit k=1":
         obj.on("on_batch", _listen)
         return "obj.emit('on_batch', batch=batch)", {"obj": obj, "batch": batch}
@@ -137,6 +140,7 @@ ROWS = [
     ("hand function loop k=1", None),
     ("hookwrap function tier k=1", "hand function loop k=1"),
     ("hand wrap k=1", None),
+    ("hookwrap around, class tier k=1", "hand wrap k=1"),
     ("hookwrap around k=1", "hand wrap k=1"),
     ("hand emit loop k=1", None),
     ("hookwrap emit k=1", "hand emit loop k=1"),
