@@ -398,7 +398,7 @@ def _dispatcher(n: int) -> Callable[..., Any]:
             cached = f"args and {cached}"
         if binding == METHOD:
             cached += (" and chain.valid and (chain.passthrough or chain.empty"
-                       " and getattr(args[0], STATE_KEY, None) is None)")
+                       f" and args[0].{STATE_KEY} is None)")
         else:
             cached += " and chain.valid and chain.passthrough"
         source += [
@@ -421,13 +421,15 @@ def _dispatcher(n: int) -> Callable[..., Any]:
             if binding != FUNCTION:  # an instance may hold callbacks of its own
                 source += [
                     "        if chain.check_state:",
-                    "            state = getattr(a0, STATE_KEY, None)",
+                    f"            state = a0.{STATE_KEY}",  # its class holds None (class_record)
                     "            if state is not None:",  # HookState.chain_for, its hit inline
-                    "                own = state.chains.get(jp)",
-                    "                if own is not None and own.valid and own.base is chain:",
-                    "                    chain = own",
-                    "                else:",
-                    "                    chain = state.chain_for(jp, chain)",
+                    "                try:",  # (a subscript, not .get: no method call)
+                    "                    own = state.chains[jp]",
+                    "                except KeyError:",
+                    "                    own = None",
+                    "                if own is None or not own.valid or own.base is not chain:",
+                    "                    own = state.chain_for(jp, chain)",
+                    "                chain = own",
                 ]
             source += [
                 "        if chain.empty:",  # a sibling holds callbacks, this one none
