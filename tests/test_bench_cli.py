@@ -80,3 +80,20 @@ def test_instruction_scenarios_call_through_the_hooks():
                        check=True, capture_output=True, text=True)
     with pytest.raises(KeyError):
         instructions.setup("no such scenario")
+
+
+def test_step_loops_counted_by_callgrind_run_and_unknown_ones_fail():
+    """bench/callgrind_step.sh runs these loops under callgrind; each runs here
+    (the no-op ones without torch), and a misspelt one is refused by name."""
+    kinds = ["plain-noop", "hooked-noop", "hand-noop"]
+    try:
+        import torch  # noqa: F401
+        kinds += ["plain", "hooked", "hand"]
+    except ImportError:
+        pass
+    for kind in kinds:
+        subprocess.run([sys.executable, "-m", "hookwrap.bench_step", kind, "2"],
+                       check=True, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "hookwrap.bench_step", "hooked-nop", "2"],
+                         capture_output=True, text=True)
+    assert out.returncode == 1 and "unknown loop 'hooked-nop'" in out.stderr
