@@ -46,7 +46,7 @@ MISSING = inspect.Parameter.empty
 # A callback may ask for at most this many arguments of the join point (the
 # compiled twin calls it from a fixed C array; both twins refuse more alike).
 MAX_CALLBACK_ARGS = 31
-STATE_KEY = "__hookwrap__"
+STATE_KEY = "__hookwrap__"  # spelt out in emitter below, read as an attribute
 # Where a class keeps its record (``_owners.ClassRecord``).
 RECORD_ATTR = "__hookwrap_class__"
 # The pure twin stores a join point's dispatch function, which carries it here.
@@ -757,20 +757,22 @@ def emitter(planner: Any) -> Callable[..., None]:
             record = None  # a base class's
         state = None
         if record is not None and record.stateful and tp is not target:
-            # Some instance holds listeners of its own. getattr finds the class's
-            # None (see _owners.class_record) where this one holds none.
-            state = getattr(target, STATE_KEY, None)
-        if state is not None:
-            event = state.emit_cache.get(name)
-        else:
-            event = record.emit_cache.get(name) if record is not None else None
-        if event is None:
+            # Some instance holds listeners of its own. The attribute is found in
+            # any case: the class holds None (see _owners.class_record).
+            state = target.__hookwrap__  # STATE_KEY, read as an attribute: no getattr call
+        owner = state if state is not None else record
+        try:  # (a subscript, not .get: no method call)
+            event = owner.emit_cache[name] if owner is not None else None
+        except KeyError:
+            event = None
+        if event is None:  # not gathered yet
             event = planner.gather(target, tp, name)
         if not event.listeners:  # nothing to plan or run for any call shape
             return
         shape = tuple(kwargs)
-        run = event.runners.get(shape)
-        if run is None:  # plan the shape: its steps, and their runner (emit_runner)
+        try:
+            run = event.runners[shape]
+        except KeyError:  # plan the shape: its steps, and their runner (emit_runner)
             planner.plan(event, shape, tp, name)
             run = event.runners[shape]
         run(target, name, kwargs)
