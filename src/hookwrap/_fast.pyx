@@ -868,31 +868,30 @@ cdef object _proceed_vectorcall(_Proceed self, PyObject **args, size_t nargsf, P
     if self.called:
         raise _proceed_twice(self.around[self.index])
     self.called = True
-    if self.index + 1 == PyTuple_GET_SIZE(self.around):  # the last advice: the function
-        return _proceed_to_function(self, args, nargsf, kwnames)
+    cdef bint pass_obj = (<Step>PyTuple_GET_ITEM(self.around, 0)).pass_obj
+    if self.index + 1 == PyTuple_GET_SIZE(self.around) and (
+            not pass_obj or nargsf & PY_VECTORCALL_ARGUMENTS_OFFSET):
+        return _proceed_to_function(self, pass_obj, args, nargsf, kwnames)
     return _around_from(self.around, self.index + 1, self.func, self.obj, args,
                         PyVectorcall_NARGS(nargsf), kwnames, self)
 
 
-cdef object _proceed_to_function(_Proceed self, PyObject **args, size_t nargsf, PyObject *kwnames):
-    """``_around_from`` with no advice left, called by the innermost advice's
-    proceed: the function takes the caller's arguments where they lie, with the
-    object in the slot before them where the caller lent it
+cdef object _proceed_to_function(_Proceed self, bint pass_obj, PyObject **args, size_t nargsf,
+                                 PyObject *kwnames):
+    """``_around_from`` with no advice left, for the innermost advice's proceed:
+    the function takes the caller's arguments where they lie, with the object
+    (``pass_obj``) in the slot before them, which the caller lent
     (PY_VECTORCALL_ARGUMENTS_OFFSET)."""
     cdef PyObject *result
     cdef PyObject *lent
     cdef PyObject **with_obj = args - 1  # the slot lent, then the arguments
-    cdef Py_ssize_t nargs = PyVectorcall_NARGS(nargsf)
-    if not (<Step>PyTuple_GET_ITEM(self.around, 0)).pass_obj:
+    if not pass_obj:
         result = hookwrap_vectorcall(self.func, args, nargsf, kwnames)
-    elif nargsf & PY_VECTORCALL_ARGUMENTS_OFFSET:
+    else:
         lent = with_obj[0]
         with_obj[0] = <PyObject *>self.obj
-        result = hookwrap_vectorcall(self.func, with_obj, nargs + 1, kwnames)
+        result = hookwrap_vectorcall(self.func, with_obj, PyVectorcall_NARGS(nargsf) + 1, kwnames)
         with_obj[0] = lent
-    else:
-        return _around_from(self.around, self.index + 1, self.func, self.obj, args, nargs,
-                            kwnames, self)
     if result is NULL:
         _reraise_from_around(None, None, self)
     return hookwrap_steal(result)
