@@ -21,8 +21,8 @@ NAMES = (
     + [f"hand loop k={k}" for k in KS]
     + [f"hand wrap k={k}" for k in KS]
     + [f"hand loop every=2 k={k}" for k in KS]
-    + [f"hookwrap {kind} k={k}" for kind in ("pre", "post", "around", "pre every=2", "function pre",
-                                             "classmethod pre") for k in KS]
+    + [f"hookwrap {kind} k={k}" for kind in ("pre", "post", "around", "pre every=2", "pre via reader",
+                                             "function pre", "classmethod pre") for k in KS]
     + [REGISTRATION_CYCLE]
     + [f"{kind} k={k}" for kind in ("hand emit loop", "hookwrap emit") for k in KS]
 )

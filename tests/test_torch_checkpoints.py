@@ -82,3 +82,25 @@ def test_saving_a_model_with_a_lambda_callback_says_which_and_how(hw, net_class)
     model.before("forward", lambda self, x: x)
     with pytest.raises(hw.CallbackPicklingError, match=r"callback \S*<lambda> \(test_torch_checkpoints.py:\d+\) for event 'pre-forward' is a lambda.*torch.save\(obj.state_dict\(\), path\)"):
         torch.save(model, io.BytesIO())
+
+
+@pytest.mark.parametrize("save", ["torch.save", "copy.deepcopy"])
+def test_shipped_callbacks_are_saved_with_the_model_and_keep_working(hw, net_class, save):
+    ht = pytest.importorskip("hookwrap.torch")
+    model = net_class()
+    guard, timer = ht.NanGuard(events="forward", step_event=None), ht.StepTimer(step_event="forward")
+    model.add_callback(guard)
+    model.add_callback(timer)
+    model(torch.ones(1, 3))
+    loaded = _saved_and_loaded(model) if save == "torch.save" else copy.deepcopy(model)
+    described = str(hw.describe(loaded, "forward"))
+    assert "NanGuard.check[forward]" in described and "StepTimer.stop" in described
+    # The loaded model has copies of the callbacks, with the state they had.
+    owners = {type(fn.__self__): fn.__self__ for _, fn in loaded.callbacks}
+    loaded_guard, loaded_timer = owners[ht.NanGuard], owners[ht.StepTimer]
+    assert loaded_guard is not guard and loaded_timer is not timer
+    loaded(torch.ones(1, 3))
+    assert (loaded_guard.checked, loaded_timer.count) == (2, 2)
+    assert (guard.checked, timer.count) == (1, 1)  # the original's saw none of those calls
+    with pytest.raises(ht.NonFiniteError, match=r"event 'post-forward' returned nan"):
+        loaded(torch.full((1, 3), float("nan")))

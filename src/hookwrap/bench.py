@@ -15,6 +15,7 @@ import sys
 import timeit
 from typing import Any, Callable
 
+from ._reader import reader
 from .bench_others import SYSTEMS, absent, other_scenarios
 
 KS = (0, 1, 4, 16)
@@ -38,6 +39,13 @@ def _pre_free(batch: Any) -> Any:
 
 def _listen(self: Any, batch: Any) -> None:
     return None
+
+
+class Observer:
+    """A callback object whose method a shipped callback's reader calls."""
+
+    def see(self, obj: Any, batch: Any) -> None:
+        return None
 
 
 Scenario = tuple[str, dict[str, Any]]  # (statement, namespace) timed as written
@@ -157,6 +165,8 @@ def scenarios(hw: Any) -> dict[str, Scenario]:
             ("post", "after", _post, {}),
             ("around", "around", _around, {}),
             ("pre every=2", "before", _pre, {"every": 2}),
+            # How hookwrap.torch's callbacks attach: a reader in front of their method.
+            ("pre via reader", "before", reader(Observer().see, "pre-", "batch"), {}),
         ]:
             obj = type("Model", (Model,), {})()  # a class of its own per scenario
             for _ in range(k):
@@ -272,7 +282,7 @@ def table(ratios: dict[str, float], implementation: str) -> str:
     lines.append(f"  per-callback cost (slope over k = {', '.join(map(str, KS))}), and its ratio to the hand-written loop's:")
     lines.append(f"  {'hand loop':<36}{hand * unit * 1e9:>10.1f}{1:>8.2f}x")
     for prefix in ["hookwrap pre", "hookwrap post", "hookwrap around", "hookwrap pre every=2",
-                   "hookwrap function pre", "hookwrap classmethod pre"]:
+                   "hookwrap pre via reader", "hookwrap function pre", "hookwrap classmethod pre"]:
         slope = _slope(ratios, prefix)
         lines.append(f"  {prefix:<36}{slope * unit * 1e9:>10.1f}{slope / hand:>8.2f}x")
     hand_every = _slope(ratios, "hand loop every=2")

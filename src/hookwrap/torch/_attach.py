@@ -8,7 +8,6 @@ so a misspelled event or a monitor the event never provides fails at once.
 
 from __future__ import annotations
 
-import inspect
 import typing
 from collections.abc import Mapping
 from typing import Any, Callable, NamedTuple
@@ -18,11 +17,11 @@ from ..errors import HookError, UnknownEventError, closest
 from ..events import normalize
 from .._joinpoints import all_join_points, find_join_point, spec_of
 from ..options import process_rank
+from .._reader import reader
 from ..signature import JoinPointSpec
 
-__all__ = ["CountingCallback", "DefaultEvent", "Reader", "ShippedCallback", "Source", "from_object", "is_rank_zero", "to_float"]
+__all__ = ["CountingCallback", "DefaultEvent", "ShippedCallback", "Source", "from_object", "is_rank_zero", "reader", "to_float"]
 
-_P = inspect.Parameter
 
 
 class DefaultEvent(str):
@@ -51,37 +50,6 @@ class Source(NamedTuple):
                 f"{where}: {self.event} returned {keys}, with no {self.key!r}. Return it from "
                 f"the join point, or monitor one of those."
             ) from None
-
-
-class Reader:
-    """A callback that hands one value of an event to a method of its ``Callback``.
-
-    Its signature, ``(self, <name>)``, is made at attach time, so the registration
-    plans it like any function asking for that argument (and refuses a name the
-    join point does not have). It returns what the contract asks: the value it
-    took on ``pre-`` and for ``return_value``, else ``None``.
-    """
-
-    def __init__(self, handler: Callable[..., Any], event: str, name: str | None = None,
-                 extra: tuple[Any, ...] = ()) -> None:
-        self.__self__ = handler.__self__  # type: ignore[attr-defined]  # ordering refs, callback_state
-        self.handler = handler
-        self.extra = extra  # passed after the object: handler(obj, *extra, value)
-        # Named by the concrete class (describe shows "EarlyStopping.observe").
-        self.__qualname__ = self.__name__ = f"{type(self.__self__).__name__}.{handler.__name__}" + (
-            f"[{','.join(map(str, extra))}]" if extra else "")
-        params = [_P("self", _P.POSITIONAL_OR_KEYWORD)]
-        if name is not None:
-            params.append(_P(name, _P.POSITIONAL_OR_KEYWORD))
-        self.__signature__ = inspect.Signature(params)
-        self.passes = name is not None and (event.startswith("pre-") or name == "return_value")
-
-    def __call__(self, obj: Any, *value: Any) -> Any:
-        self.handler(obj, *self.extra, *value)
-        return value[0] if self.passes else None
-
-    def __repr__(self) -> str:
-        return f"<{self.__qualname__} reading {list(self.__signature__.parameters)[1:]}>"
 
 
 def _join_points(target: type | None, name: str, where: str) -> list[Any]:
@@ -195,7 +163,7 @@ class CountingCallback(ShippedCallback):
     def event_methods(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:
         pairs = self.attach(target)
         if self.wants(target, self.step_event):
-            pairs.insert(0, (f"pre-{self.step_event}", Reader(self._count_step, "pre-")))
+            pairs.insert(0, (f"pre-{self.step_event}", reader(self._count_step, "pre-")))
         return pairs
 
     def _count_step(self, obj: Any) -> None:

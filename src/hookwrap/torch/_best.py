@@ -7,7 +7,7 @@ import math
 from typing import Any, Callable
 
 from ..errors import HookError
-from ._attach import CountingCallback, Reader, Source, to_float
+from ._attach import CountingCallback, reader, Source, to_float
 
 __all__ = ["Best", "MonitoredCallback"]
 
@@ -56,7 +56,7 @@ class MonitoredCallback(CountingCallback):
 
     def attach(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:
         self.source = self.find(target, self.event, self.monitor)
-        return [(self.source.event, Reader(self.observe, self.source.event, self.source.name))]
+        return [(self.source.event, reader(self.observe, self.source.event, self.source.name))]
 
     def observe(self, obj: Any, value: Any) -> None:
         assert self.source is not None

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from ._attach import DefaultEvent, Reader, from_object, is_rank_zero
+from ._attach import DefaultEvent, reader, from_object, is_rank_zero
 from ._best import MonitoredCallback
 
 __all__ = ["BestCheckpoint"]
@@ -46,7 +46,7 @@ class BestCheckpoint(MonitoredCallback):
     def attach(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:
         pairs = super().attach(target)
         if self.restore_best and self.wants(target, self.fit_event):
-            pairs.append((f"post-{self.fit_event}", Reader(self.load_best, "post-")))
+            pairs.append((f"post-{self.fit_event}", reader(self.load_best, "post-")))
         return pairs
 
     def improved(self, obj: Any, value: float) -> None:

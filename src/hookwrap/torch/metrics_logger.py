@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable
 
-from ._attach import DefaultEvent, Reader, CountingCallback, is_rank_zero, to_float
+from ._attach import DefaultEvent, reader, CountingCallback, is_rank_zero, to_float
 
 __all__ = ["MetricsLogger", "tensorboard_available"]
 
@@ -71,14 +71,14 @@ class MetricsLogger(CountingCallback):
         e = {k: v for k, v in self.events.items() if self.wants(target, v)}
         pairs: list[tuple[str, Callable[..., Any]]] = []
         if "loss" in e:
-            pairs.append((f"post-{e['loss']}", Reader(self.record_loss, "post-", "return_value")))
+            pairs.append((f"post-{e['loss']}", reader(self.record_loss, "post-", "return_value")))
         if "metrics" in e:
-            pairs.append((f"post-{e['metrics']}", Reader(self.record_metrics, "post-", "return_value")))
+            pairs.append((f"post-{e['metrics']}", reader(self.record_metrics, "post-", "return_value")))
         if "epoch" in e:
-            pairs.append((f"post-{e['epoch']}", Reader(self.flush, "post-")))
+            pairs.append((f"post-{e['epoch']}", reader(self.flush, "post-")))
         if "fit" in e:
-            pairs.append((f"post-{e['fit']}", Reader(self.close, "post-")))
-            pairs.append((f"error-{e['fit']}", Reader(self.close, "error-")))
+            pairs.append((f"post-{e['fit']}", reader(self.close, "post-")))
+            pairs.append((f"error-{e['fit']}", reader(self.close, "error-")))
         return pairs
 
     def log(self, name: str, value: Any, step: int | None = None) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ._attach import DefaultEvent, Reader, CountingCallback, from_object
+from ._attach import DefaultEvent, reader, CountingCallback, from_object
 
 __all__ = ["GradNorm", "LRMonitor"]
 
@@ -28,7 +28,7 @@ class GradNorm(CountingCallback):
 
     def attach(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:
         self.wants(target, self.event)
-        return [(f"post-{self.event}", Reader(self.measure, "post-"))]
+        return [(f"post-{self.event}", reader(self.measure, "post-"))]
 
     def measure(self, obj: Any) -> None:
         import torch
@@ -71,7 +71,7 @@ class LRMonitor(CountingCallback):
 
     def attach(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:
         self.wants(target, self.event)
-        return [(f"post-{self.event}", Reader(self.record, "post-"))]
+        return [(f"post-{self.event}", reader(self.record, "post-"))]
 
     def record(self, obj: Any) -> None:
         optimizer = from_object(obj, self.optimizer, "optimizer", "LRMonitor")

@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, Callable
 
-from ._attach import DefaultEvent, Reader, CountingCallback
+from ._attach import DefaultEvent, reader, CountingCallback
 
 __all__ = ["NanGuard", "NonFiniteError"]
 
@@ -63,7 +63,7 @@ class NanGuard(CountingCallback):
         pairs: list[tuple[str, Callable[..., Any]]] = []
         for name in self.events:
             self.wants(target, name)
-            pairs.append((f"post-{name}", Reader(self.check, "post-", "return_value", (name,))))
+            pairs.append((f"post-{name}", reader(self.check, "post-", "return_value", (name,))))
         return pairs
 
     def check(self, obj: Any, event: str, value: Any) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Callable
 
-from ._attach import DefaultEvent, Reader, ShippedCallback, to_float
+from ._attach import DefaultEvent, reader, ShippedCallback, to_float
 
 __all__ = ["ProgressBar"]
 
@@ -44,17 +44,17 @@ class ProgressBar(ShippedCallback):
             if required not in e:
                 raise ValueError(f"ProgressBar: {required}_event is required.")
         pairs: list[tuple[str, Callable[..., Any]]] = [
-            (f"pre-{e['epoch']}", Reader(self.open, "pre-")),
-            (f"post-{e['step']}", Reader(self.advance, "post-")),
-            (f"post-{e['epoch']}", Reader(self.close, "post-")),
+            (f"pre-{e['epoch']}", reader(self.open, "pre-")),
+            (f"post-{e['step']}", reader(self.advance, "post-")),
+            (f"post-{e['epoch']}", reader(self.close, "post-")),
         ]
         if "loss" in e:
-            pairs.append((f"post-{e['loss']}", Reader(self.record_loss, "post-", "return_value")))
+            pairs.append((f"post-{e['loss']}", reader(self.record_loss, "post-", "return_value")))
         if "metrics" in e:
-            pairs.append((f"post-{e['metrics']}", Reader(self.record_metrics, "post-", "return_value")))
+            pairs.append((f"post-{e['metrics']}", reader(self.record_metrics, "post-", "return_value")))
         if "fit" in e:
-            pairs.append((f"post-{e['fit']}", Reader(self.close, "post-")))
-            pairs.append((f"error-{e['fit']}", Reader(self.close, "error-")))
+            pairs.append((f"post-{e['fit']}", reader(self.close, "post-")))
+            pairs.append((f"error-{e['fit']}", reader(self.close, "error-")))
         return pairs
 
     def open(self, obj: Any) -> None:

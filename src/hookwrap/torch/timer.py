@@ -7,7 +7,7 @@ import time
 from collections import deque
 from typing import Any, Callable
 
-from ._attach import Reader, ShippedCallback
+from ._attach import reader, ShippedCallback
 
 __all__ = ["StepTimer"]
 
@@ -37,8 +37,8 @@ class StepTimer(ShippedCallback):
 
     def attach(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:
         self.wants(target, self.timed_event)
-        return [(f"pre-{self.timed_event}", Reader(self.start, "pre-")),
-                (f"post-{self.timed_event}", Reader(self.stop, "post-"))]
+        return [(f"pre-{self.timed_event}", reader(self.start, "pre-")),
+                (f"post-{self.timed_event}", reader(self.stop, "post-"))]
 
     def start(self, obj: Any) -> None:
         if self.cuda:
