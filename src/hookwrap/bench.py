@@ -232,26 +232,29 @@ def measure(hw: Any, number: int = 20000, repeat: int = 7, others: bool = False)
     """Each scenario's cost as a ratio to a bare ``obj.step(batch)`` call (with
     ``others``, also the other hook systems of ``bench_others``).
 
-    Each scenario is timed alternately with the bare call, round by round, and
-    divided by that adjacent bare timing (best of ``repeat`` each): drift of a
-    shared machine moves both alike and cancels in the ratio. ``"unit"`` holds
-    the best bare call in seconds, to turn ratios back into nanoseconds.
+    Each scenario is timed alternately with the bare call and divided by that
+    adjacent bare timing (best of ``repeat`` each): drift of a shared machine moves
+    both alike and cancels in the ratio. The rounds go over every scenario in
+    turn, so that a slow spell of a few seconds (a neighbour on the machine) spoils
+    one round of many scenarios, which the best of the others outvotes, not every
+    round of one. ``"unit"`` holds the best bare call in seconds, to turn ratios
+    back into nanoseconds.
     """
     calls = scenarios(hw)
     if others:
         calls.update(other_scenarios(hw, KS))
     bare = _timer(calls["bare method"])
-    ratios: dict[str, float] = {"unit": float("inf")}
-    for name, scenario in calls.items():
-        timer = _timer(scenario)
-        # A registration cycle costs thousands of bare calls: time fewer of them.
-        count = max(number // 200, 10) if name == REGISTRATION_CYCLE else number
-        best_bare = best = float("inf")
-        for _ in range(repeat):
-            best_bare = min(best_bare, bare.timeit(number) / number)
-            best = min(best, timer.timeit(count) / count)
-        ratios[name] = best / best_bare
-        ratios["unit"] = min(ratios["unit"], best_bare)
+    # A registration cycle costs thousands of bare calls: time fewer of them.
+    timers = {name: (_timer(scenario), max(number // 200, 10) if name == REGISTRATION_CYCLE else number)
+              for name, scenario in calls.items()}
+    best_bare = dict.fromkeys(timers, float("inf"))
+    best = dict.fromkeys(timers, float("inf"))
+    for _ in range(repeat):
+        for name, (timer, count) in timers.items():
+            best_bare[name] = min(best_bare[name], bare.timeit(number) / number)
+            best[name] = min(best[name], timer.timeit(count) / count)
+    ratios: dict[str, float] = {"unit": min(best_bare.values())}
+    ratios.update({name: best[name] / best_bare[name] for name in timers})
     return ratios
 
 
