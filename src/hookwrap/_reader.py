@@ -18,7 +18,7 @@ _P = inspect.Parameter
 # the contract asks for it (a pre- argument, return_value), else None. Module-level
 # functions, so that pickle saves them by name, bound to the handler by a
 # functools.partial: dispatch calls that through C into one Python frame. (A
-# callable object's Python ``__call__`` cost ~2,400 more instructions a call.)
+# callable object's Python ``__call__`` cost ~1,900 more instructions a call.)
 def _notify(handler: Any, self: Any) -> None:
     handler(self)
 
@@ -45,7 +45,8 @@ def _take_with(handler: Any, extra: tuple[Any, ...], self: Any, value: Any) -> A
     return value
 
 
-_READERS: dict[tuple[bool, bool, bool], Callable[..., Any]] = {  # (takes a value, passes it back, has extra) -> the function
+# (takes a value, passes it back, has extra) -> the function
+_READERS: dict[tuple[bool, bool, bool], Callable[..., Any]] = {
     (False, False, False): _notify, (True, False, False): _read, (True, True, False): _take,
     (False, False, True): _notify_with, (True, False, True): _read_with, (True, True, True): _take_with,
 }

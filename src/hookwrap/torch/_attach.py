@@ -23,7 +23,6 @@ from ..signature import JoinPointSpec
 __all__ = ["CountingCallback", "DefaultEvent", "ShippedCallback", "Source", "from_object", "is_rank_zero", "reader", "to_float"]
 
 
-
 class DefaultEvent(str):
     """A default event name: used when the target has that join point, skipped when it
     does not. A name the user passes explicitly must exist."""
