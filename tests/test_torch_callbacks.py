@@ -101,6 +101,13 @@ def test_nan_guard_stops_naming_event_step_and_value(hw, ht, bad):
     assert guard.checked == 3
 
 
+def test_nan_guard_says_when_no_step_was_counted(hw, ht):
+    loop = make_loop(hw, losses=[math.nan])
+    loop.add_callback(ht.NanGuard(step_event=None))  # counts no steps
+    with pytest.raises(ht.NonFiniteError, match=r"'post-loss' returned nan before any step was counted \(Loop\)"):
+        loop.fit(1)
+
+
 def test_nan_guard_checks_metrics_mappings_and_other_events(hw, ht):
     loop = make_loop(hw, scores=[(1.0, 0.5), (math.nan, 0.5)])
     loop.add_callback(ht.NanGuard(events=("loss", "evaluate")))

@@ -70,9 +70,9 @@ class NanGuard(CountingCallback):
         self.checked += 1
         found = _first_non_finite(value)
         if found is not None:
-            step = f"step {self.step}" if self.step else "before the first step"
+            when = f"at step {self.step}" if self.step else "before any step was counted"
             raise NonFiniteError(
-                f"NanGuard: event 'post-{event}' returned {found[1]}{found[0]} at {step} "
+                f"NanGuard: event 'post-{event}' returned {found[1]}{found[0]} {when} "
                 f"({type(obj).__name__}). Stopping the run; lower the learning rate, "
                 f"clip gradients, or check the inputs of that step."
             )
