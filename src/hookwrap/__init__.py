@@ -9,6 +9,7 @@ from .api import before
 from .api import on
 from .api import on_error
 from .callback import Callback
+from .callback import add_callback
 from .callback import register_global_callback
 from .describe import Description
 from .describe import describe
@@ -17,6 +18,7 @@ from .errors import CallbackPicklingError
 from .errors import CallbackReturnError
 from .errors import CallbackSignatureError
 from .errors import HookError
+from .errors import HookwrapWarning
 from .errors import StopTraining
 from .errors import UnknownEventError
 from .hookable import HookableCallable
@@ -42,10 +44,12 @@ __all__ = [
     "Hookable",
     "HookableCallable",
     "HookableClassCallable",
+    "HookwrapWarning",
     "StopTraining",
     "USING_EXTENSION",
     "UnknownEventError",
     "WeaveHandle",
+    "add_callback",
     "after",
     "around",
     "before",

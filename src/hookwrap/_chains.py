@@ -20,11 +20,11 @@ import gc
 import sys
 from typing import Any
 
-from ._checks import PHASE_CODES, planned_step
+from ._checks import PHASE_CODES, fitting_step, planned_step
 from ._dispatch import AROUND, ERROR, FUNCTION, METHOD, POST, PRE, Chain
 from ._joinpoints import all_join_points, fires, spec_of
 from ._owners import class_record, function_record, lock
-from ._tiers import check_class_tier, entries_for
+from ._tiers import GLOBAL_TIER, check_class_tier, entries_for
 from ._traced import install, note_planned, traced_dispatch
 from .asyncrun import run_chain_async
 from .events import normalize
@@ -40,7 +40,13 @@ def _build(jp: Any, tp: Any, state: Any, base: Any) -> Any:
         record = class_record(tp)
         check_state = record is not None and record.stateful
     for entry in entries_for(normalize(jp.event), False, tp, jp, state):
-        steps[PHASE_CODES[entry.phase]].append(planned_step(entry.registration, spec))
+        if entry.source is GLOBAL_TIER:  # runs where it fits (see fitting_step)
+            step = fitting_step(entry.registration, spec)
+            if step is None:
+                continue
+        else:
+            step = planned_step(entry.registration, spec)
+        steps[PHASE_CODES[entry.phase]].append(step)
     chain = Chain(tp, True, tuple(steps[PRE]), tuple(steps[POST]), tuple(steps[AROUND]),
                   tuple(steps[ERROR]), check_state, base)
     keep_planning_out_of_traces()

@@ -12,7 +12,8 @@ from typing import Any, Iterable, Iterator
 
 from ._dispatch import AROUND, ERROR, POST, PRE
 from ._joinpoints import declared_custom_events, find_join_point, fires, known_events, spec_of
-from .errors import HookError, UnknownEventError, closest
+from .errors import CallbackSignatureError, HookError, UnknownEventError, closest
+from ._reader import for_join_point
 from .events import CUSTOM, parse_event
 from .options import Registration
 from .signature import JoinPointSpec, callable_label, callback_parameters, plan_step
@@ -24,6 +25,7 @@ __all__ = [
     "check_event",
     "check_pair",
     "check_registration",
+    "fitting_step",
     "pickle_problem",
     "planned_step",
 ]
@@ -96,9 +98,32 @@ def planned_step(registration: Registration, spec: JoinPointSpec) -> Any:
     step = steps.get(spec)
     if step is None:
         options = registration.options
-        step = steps[spec] = plan_step(registration[1], PHASE_CODES[registration.phase], spec,
+        fn = for_join_point(registration[1], spec)
+        step = steps[spec] = plan_step(fn, PHASE_CODES[registration.phase], spec,
                                        spec.has_obj, options.gate if options is not None else None)
+    if type(step) is _Unfit:
+        raise step.error.with_traceback(None)
     return step
+
+
+class _Unfit:
+    """planned_step's record of a join point a global callback does not fit."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: CallbackSignatureError) -> None:
+        self.error = error
+
+
+def fitting_step(registration: Registration, spec: JoinPointSpec) -> Any:
+    """A global registration's Step on this join point, or None where it does not fit
+    (the global tier reaches every join point of its event's name, in unrelated
+    classes; it runs where its signature fits). Decided once per join point."""
+    try:
+        return planned_step(registration, spec)
+    except CallbackSignatureError as exc:
+        registration.steps[spec] = _Unfit(exc)
+        return None
 
 
 def check_custom_callback(fn: Any, where: str, pass_obj: bool) -> None:

@@ -85,12 +85,23 @@ def join_point_of(value: Any) -> Any:
     two carry it as ``__hookwrap_join_point__``, read only from types that define
     it, so no arbitrary object's ``__getattr__`` runs.
     """
-    if isinstance(value, (classmethod, staticmethod)):
-        value = value.__func__
-    if type(value) is JoinPoint:
-        return value
-    if type(value) is FunctionType:
-        return value.__dict__.get(JOIN_POINT_ATTR)
+    for _ in range(_WRAPPER_DEPTH):
+        if isinstance(value, (classmethod, staticmethod)):
+            value = value.__func__
+        if type(value) is JoinPoint:
+            return value
+        if type(value) is not FunctionType:
+            break
+        found = value.__dict__.get(JOIN_POINT_ATTR)
+        if found is not None:
+            return found
+        # A function wrapping a join point (functools.wraps): libraries re-patch
+        # their own methods so (torch.optim's profile_hook_step on every optimizer
+        # class); a call of the wrapper reaches the join point, which fires once.
+        value = value.__dict__.get("__wrapped__")
     if hasattr(type(value), JOIN_POINT_ATTR):
         return getattr(value, JOIN_POINT_ATTR)
     return None
+
+
+_WRAPPER_DEPTH = 8  # functools.wraps layers followed to a join point

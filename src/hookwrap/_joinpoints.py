@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import weakref
-from types import FunctionType
+from types import FunctionType, ModuleType
 from typing import Any
 
 from ._dispatch import FUNCTION, METHOD, JoinPoint, join_point_of
@@ -21,6 +21,7 @@ __all__ = [
     "known_events",
     "name_join_point",
     "spec_of",
+    "target_join_points",
     "track_join_point",
 ]
 
@@ -81,6 +82,19 @@ def _scan(tp: type) -> dict[str, Any]:
                         name_join_point(value, klass, attr)
                     found.setdefault(normalize(jp.event), jp)
     return found
+
+
+def target_join_points(target: Any) -> dict[str, Any]:
+    """Normalized event name -> join point, for what a callback object attaches to:
+    a class (its join points), a hookable function (itself), a module (its hookable
+    functions), or an instance (its class's)."""
+    if isinstance(target, ModuleType):
+        found = (join_point_of(value) for value in list(vars(target).values()))
+        return {normalize(jp.event): jp for jp in found if jp is not None and jp.owner is None}
+    jp = join_point_of(target)
+    if jp is not None and jp.owner is None:
+        return {normalize(jp.event): jp}
+    return join_points(target if isinstance(target, type) else type(target))
 
 
 def declared_custom_events(tp: type) -> set[str]:

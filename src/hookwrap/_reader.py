@@ -1,6 +1,13 @@
 """A reader: one value of a join point's event handed to a method of a callback
 object, with a signature naming that value, so the registration plans it like a
 function asking for it. The shipped callbacks (hookwrap.torch) attach through it.
+
+A reader fits every kind of join point: on one without an object (a plain or
+woven module function, a staticmethod) the registration plans its twin that
+takes no ``self`` and hands the callback ``None`` for the object. A callback that
+reads different values on different join points (``model`` as an argument on
+one, an attribute of the object on another) registers ``per_join_point(...)``,
+whose choice is made when each join point plans it, once.
 """
 
 from __future__ import annotations
@@ -9,7 +16,7 @@ import functools
 import inspect
 from typing import Any, Callable
 
-__all__ = ["reader"]
+__all__ = ["for_join_point", "per_join_point", "reader"]
 
 _P = inspect.Parameter
 
@@ -52,6 +59,41 @@ _READERS: dict[tuple[bool, bool, bool], Callable[..., Any]] = {
 }
 
 
+def _pick_by_object(with_object: Any, without_object: Any, spec: Any) -> Any:
+    return with_object if spec.has_obj else without_object
+
+
+def _planned_only(*args: Any) -> Any:
+    raise TypeError("a per_join_point callback is called through the reader its join point chose")
+
+
+# The attribute of a registered callable that chooses, per join point spec, what is planned.
+PLAN_ATTR = "__hookwrap_plan__"
+
+
+def for_join_point(fn: Any, spec: Any) -> Any:
+    """What the registration of ``fn`` plans on the join point of ``spec``: ``fn``,
+    or what a reader or ``per_join_point`` callable chooses for it."""
+    while type(fn) is functools.partial:
+        plan = fn.__dict__.get(PLAN_ATTR)
+        chosen = plan(spec) if plan is not None else fn
+        if chosen is fn:  # a reader with its object chooses itself
+            break
+        fn = chosen
+    return fn
+
+
+def per_join_point(owner: Any, name: str, choose: Callable[[Any], Any]) -> Callable[..., Any]:
+    """A callback of ``owner`` (a ``Callback``) that is a different reader on each
+    join point: ``choose(spec)`` returns it, or raises CallbackSignatureError where
+    the join point cannot give what it needs (on the global tier: not attached there)."""
+    made = functools.partial(_planned_only)
+    shown = f"{type(owner).__name__}.{name}"
+    vars(made).update(__self__=owner, __qualname__=shown, __name__=shown, **{PLAN_ATTR: choose},
+                      __signature__=inspect.Signature([_P("self", _P.POSITIONAL_OR_KEYWORD)]))
+    return made
+
+
 def reader(handler: Callable[..., Any], event: str, name: str | None = None,
            extra: tuple[Any, ...] = ()) -> Callable[..., Any]:
     """A callback that hands one value of an event (the argument ``name``, or
@@ -66,13 +108,16 @@ def reader(handler: Callable[..., Any], event: str, name: str | None = None,
     """
     passes = name is not None and (event.startswith("pre-") or name == "return_value")
     function = _READERS[name is not None, passes, bool(extra)]
-    made = functools.partial(function, handler, extra) if extra else functools.partial(function, handler)
+    bound = (handler, extra) if extra else (handler,)
+    made = functools.partial(function, *bound)
+    without_object = functools.partial(function, *bound, None)  # self is None
     owner = handler.__self__  # type: ignore[attr-defined]
     # Named by the concrete class (describe shows "EarlyStopping.observe").
     name_shown = f"{type(owner).__name__}.{handler.__name__}" + (f"[{','.join(map(str, extra))}]" if extra else "")
-    params = [_P("self", _P.POSITIONAL_OR_KEYWORD)]
-    if name is not None:
-        params.append(_P(name, _P.POSITIONAL_OR_KEYWORD))
-    vars(made).update(__self__=owner,  # its callback: ordering refs, callback_state
-                      __qualname__=name_shown, __name__=name_shown, __signature__=inspect.Signature(params))
+    params = [_P(name, _P.POSITIONAL_OR_KEYWORD)] if name is not None else []
+    for partial, head in ((made, [_P("self", _P.POSITIONAL_OR_KEYWORD)]), (without_object, [])):
+        vars(partial).update(__self__=owner,  # its callback: ordering refs, callback_state
+                             __qualname__=name_shown, __name__=name_shown,
+                             __signature__=inspect.Signature(head + params))
+    vars(made)[PLAN_ATTR] = functools.partial(_pick_by_object, made, without_object)
     return made

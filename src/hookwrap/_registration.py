@@ -12,7 +12,7 @@ from ._dispatch import FUNCTION, join_point_of
 from ._joinpoints import all_join_points, spec_of
 from ._owners import GLOBAL, changed_class, changed_function, changed_global, class_record, function_record, lock
 from ._tiers import instance_state
-from .errors import HookError, UnknownEventError, closest
+from .errors import CallbackSignatureError, HookError, UnknownEventError, closest
 from .events import CUSTOM, PHASES, normalize, parse_event
 from .options import Registration, make_options, order_entries
 
@@ -194,6 +194,12 @@ def register_global(registrations: list[Registration], where: str) -> Handle:
                 + closest(registration[0], known)
                 + " Define or import the hookable code before registering a global callback for it."
             )
-        for jp in matching:
-            planned_step(registration, spec_of(jp))
+        errors = []
+        for jp in matching:  # it must fit one; it runs on those it fits (fitting_step)
+            try:
+                planned_step(registration, spec_of(jp))
+            except CallbackSignatureError as exc:
+                errors.append(exc)
+        if len(errors) == len(matching):
+            raise errors[0]
     return _add(GLOBAL.registrations, registrations, lambda entry: changed_global(entry.name))

@@ -53,6 +53,10 @@ def setup(name: str) -> tuple[str, dict[str, Any]]:
     def wrapper(self: Any, batch: Any) -> Any:  # a hand-written around
         return Model.bare(self, batch)
 
+    class ThirdParty:  # not written for hookwrap: woven below, as hw.weave does to a trainer
+        def training_step(self, batch: Any) -> Any:
+            return batch
+
     batch = [1, 2, 3]
     obj = Model()
     method = ("obj.step(batch)", {"obj": obj, "batch": batch})
@@ -122,6 +126,11 @@ def setup(name: str) -> tuple[str, dict[str, Any]]:
     if name == "hookwrap emit k=1":
         obj.on("on_batch", _listen)
         return "obj.emit('on_batch', batch=batch)", {"obj": obj, "batch": batch}
+    if name.startswith("woven third-party method"):
+        hw.weave(ThirdParty, step="training_step")
+        if "k=1" in name:
+            hw.before(ThirdParty, "step", _pre)
+        return "obj.training_step(batch)", {"obj": ThirdParty(), "batch": batch}
     raise KeyError(name)
 
 
@@ -135,9 +144,11 @@ ROWS = [
     ("hookwrap k=0, a subclass of a hookable class", "bare method"),
     ("hookwrap function k=0", "bare function"),
     ("hookwrap classmethod k=0", "bare classmethod"),
+    ("woven third-party method k=0", "bare method"),
     ("hand loop k=1", None),
     ("hookwrap class tier (declared list) k=1", "hand loop k=1"),
     ("hookwrap class tier (hw.before(Cls)) k=1", "hand loop k=1"),
+    ("woven third-party method, class tier k=1", "hand loop k=1"),
     ("hookwrap instance tier k=1", "hand loop k=1"),
     ("hand loop of a bound method k=1", None),
     ("hookwrap global tier k=1", "hand loop of a bound method k=1"),

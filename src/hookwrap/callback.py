@@ -11,9 +11,11 @@ of the libraries hookwrap replaces catches such typos, they never fire.
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any, Callable
 
-from ._joinpoints import all_join_points, declared_custom_events, join_points
+from ._dispatch import join_point_of
+from ._joinpoints import all_join_points, declared_custom_events, target_join_points
 from ._registration import Handle, register_entries, register_global
 from .errors import UnknownEventError, closest
 from .events import CUSTOM, PHASES, callback_object_event, normalize, parse_event
@@ -31,9 +33,10 @@ class Callback:
     # as if registered with rank_zero_only=True. For callbacks that only print or write.
     rank_zero_only: bool = False
 
-    def event_methods(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:
+    def event_methods(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
         """The ``(event, callable)`` pairs this callback registers when attached to
-        objects of class ``target`` (``None``: the global tier).
+        objects of class ``target``, to a hookable function or a module of them
+        (``None``: the global tier).
 
         By default, its methods named after events (``post_loss`` -> ``"post-loss"``).
         Override it to choose events when attached: hookwrap.torch's callbacks
@@ -93,23 +96,35 @@ def _unknown(cb: Callback, attr: str, known_events: list[str], where: str) -> Un
     )
 
 
-def add_callback(obj: Any, cb: Callback, /, **options: Any) -> Handle:
-    """Register each event method of ``cb`` on one object, each with the registration
-    ``options`` (its own filter state); one handle removes them all."""
+def add_callback(target: Any, cb: Callback, /, **options: Any) -> Handle:
+    """Register each event method of ``cb`` on one object (an instance of a hookable or
+    woven class), a class (all its instances), a hookable function or a module (its
+    hookable functions), each with the registration ``options`` (its own filter
+    state); one handle removes them all."""
     where = f"add_callback({type(cb).__qualname__})"
     if not isinstance(cb, Callback):
         raise TypeError(f"{where}: expected a hookwrap.Callback instance, got {type(cb).__qualname__}.")
     make_options(where, **options)  # a bad option fails before anything is registered
-    tp = obj if isinstance(obj, type) else type(obj)
-    return register_entries(obj, _resolve_names(cb, tp, where, options), where)
+    return register_entries(target, _resolve_names(cb, _attach_target(target), where, options), where)
 
 
-def _resolve_names(cb: Callback, tp: type, where: str, options: dict[str, Any]) -> list[Registration]:
-    jps = join_points(tp)
-    custom = declared_custom_events(tp)
+def _attach_target(target: Any) -> Any:
+    """What ``event_methods`` is asked about: the class for an instance or a class,
+    else the hookable function or module itself."""
+    if isinstance(target, (type, ModuleType)):
+        return target
+    jp = join_point_of(target)
+    if jp is not None and jp.owner is None:
+        return target
+    return type(target)
+
+
+def _resolve_names(cb: Callback, target: Any, where: str, options: dict[str, Any]) -> list[Registration]:
+    jps = target_join_points(target)
+    custom = declared_custom_events(target) if isinstance(target, type) else set()
     known = [f"{p}-{jp.event}" for jp in jps.values() for p in PHASES] + sorted(custom)
     registrations = []
-    for event, method in cb.event_methods(tp):
+    for event, method in cb.event_methods(target):
         phase, name = parse_event(event, where)
         attr = event.replace("-", "_")  # the method name, for the default event_methods
         if phase == CUSTOM:

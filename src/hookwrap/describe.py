@@ -7,8 +7,9 @@ from types import ModuleType
 from typing import Any
 
 from ._dispatch import join_point_of
-from ._joinpoints import declared_custom_events, find_join_point, join_points
-from ._tiers import Entry, entries_for, instance_state
+from ._joinpoints import declared_custom_events, find_join_point, join_points, spec_of
+from ._checks import fitting_step
+from ._tiers import GLOBAL_TIER, Entry, entries_for, instance_state
 from .errors import HookError, UnknownEventError
 from .events import CUSTOM, PHASES, normalize
 from .signature import callable_label
@@ -57,6 +58,12 @@ def _phase_order(entries: list[Entry], phase: str | None) -> list[Entry]:
     return sorted(entries, key=lambda e: rank.get(e.phase, len(rank)))  # stable
 
 
+def _running(entries: list[Entry], jp: Any) -> list[Entry]:
+    """Without the global callbacks that do not fit this join point (they skip it)."""
+    spec = spec_of(jp)
+    return [e for e in entries if e.source is not GLOBAL_TIER or fitting_step(e.registration, spec) is not None]
+
+
 def describe(target: Any, event: str | None = None) -> Description:
     """The callbacks that will run, in order, for each event of ``target`` (an instance,
     a class, or a hookable function), each with its origin. ``event`` narrows it to
@@ -73,7 +80,7 @@ def describe(target: Any, event: str | None = None) -> Description:
                 f"describe({jp.event}): it has no event {event!r}; its events are "
                 + ", ".join(f"'{p}-{jp.event}'" for p in PHASES) + "."
             )
-        entries = entries_for(normalize(jp.event), False, None, jp, None)
+        entries = _running(entries_for(normalize(jp.event), False, None, jp, None), jp)
         return Description(f"join point {jp.event!r}", {event or jp.event: _phase_order(entries, phase)})
     if isinstance(target, ModuleType):
         raise HookError(f"describe({target.__name__}): describe a hookable function or an object.")
@@ -90,7 +97,7 @@ def describe(target: Any, event: str | None = None) -> Description:
         customs = sorted(declared_custom_events(tp))
     chains: dict[str, list[Entry]] = {}
     for key, point in sorted(points.items()):
-        entries = entries_for(key, False, tp, point, state)
+        entries = _running(entries_for(key, False, tp, point, state), point)
         label = f"{phase}-{point.event}" if phase is not None else point.event
         chains[label] = _phase_order(entries, phase)
     for custom in customs:

@@ -12,6 +12,7 @@ __all__ = [
     "CallbackReturnError",
     "CallbackSignatureError",
     "HookError",
+    "HookwrapWarning",
     "StopTraining",
     "UnknownEventError",
     "closest",
@@ -36,6 +37,11 @@ class UnknownEventError(HookError, LookupError):
 
 class CallbackPicklingError(HookError, pickle.PicklingError):
     """An object is pickled (``torch.save``) with a callback pickle cannot save."""
+
+
+class HookwrapWarning(UserWarning):
+    """Something hookwrap was asked to do could not be done where raising would break
+    the user's code (a dotted weave target that did not resolve on import)."""
 
 
 class StopTraining(Exception):

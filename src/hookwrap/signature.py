@@ -58,17 +58,21 @@ _SPECIAL = {POST: ("return_value", _RETURN_REF), ERROR: ("exception", _EXCEPTION
 class JoinPointSpec:
     """The parameters of a join point, with one ArgRef per name."""
 
-    __slots__ = ("event", "has_obj", "obj_name", "refs", "where", "__weakref__")
+    __slots__ = ("event", "has_obj", "obj_name", "refs", "returns_none", "where", "__weakref__")
 
     def __init__(self, jp: Any) -> None:
         self.event: str = jp.event
         self.where = _join_point_label(jp)
         self.has_obj = jp.binding != FUNCTION
         try:
-            params = list(inspect.signature(jp.func).parameters.values())
+            signature = inspect.signature(jp.func)
+            params = list(signature.parameters.values())
+            # Annotated `-> None`: callbacks watching its result would watch nothing.
+            self.returns_none = signature.return_annotation in (None, "None")
         except (TypeError, ValueError):
             # A builtin without a signature: only *args/**kwargs are known.
             params = [_P("args", _P.VAR_POSITIONAL), _P("kwargs", _P.VAR_KEYWORD)]
+            self.returns_none = False
         self.obj_name: str | None = None
         if self.has_obj:
             if not params or params[0].kind not in (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD):

@@ -1,16 +1,23 @@
-"""``hw.weave(target, *names)``: make methods of existing classes, or functions of
-existing modules, hookable without editing them (a third-party trainer).
+"""``hw.weave(target, *names, **events)``: make methods of existing classes, or
+functions of existing modules, hookable without editing them (a third-party trainer).
 
 ``target`` is a class, a module, or a dotted string ``"package.module:Class"``
 (``"package.module"`` for its functions): weaving is then applied when that
 module is imported, or at once if it already is, without importing it (wrapt's
-post-import hooks). The handle's ``remove()`` restores the originals exactly.
+post-import hooks). The attribute is resolved on the module as ``sys.modules``
+holds it once imported, so a package that replaces itself with a lazy module
+(transformers) resolves ``"transformers:Trainer"`` as ``from transformers import
+Trainer`` does. ``events`` name the join points (``step="training_step"``), so
+callbacks written for one loop's event names work on another's. The handle's
+``remove()`` restores the originals exactly.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
+import warnings
 from types import ModuleType
 from typing import Any
 
@@ -20,13 +27,16 @@ from ._dispatch import join_point_of
 from ._joinpoints import join_points, name_join_point
 from ._owners import changed_class, discard_class_record, with_subclasses
 from ._registration import Removable
-from .errors import HookError
+from .errors import HookError, HookwrapWarning, closest
+from .events import PHASES, normalize
 from ._traced import drop_compiled_code
 from .hookable import make_join_point
 
 __all__ = ["WeaveHandle", "weave"]
 
 _lock = threading.Lock()
+_DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+_IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: builtin and extension types
 
 
 class WeaveHandle(Removable):
@@ -37,28 +47,28 @@ class WeaveHandle(Removable):
         self.target: Any = None
         self._saved: list[tuple[Any, str, bool, Any]] = []  # (owner, name, was_own, original)
         self._removed = False
+        self.error: str | None = None  # why a dotted target could not be woven on import
 
     @property
     def applied(self) -> bool:
         return bool(self._saved)
 
-    def _apply(self, target: Any, names: tuple[str, ...]) -> None:
+    def _apply(self, target: Any, names: dict[str, str | None]) -> None:
+        """Weave each attribute of ``names`` (attribute -> event name, or None for
+        the attribute's own name). Checked whole before anything is changed."""
         with _lock:
             if self._removed:
                 return
+            _check_target(target, names, self.description)
             self.target = target
             is_class = isinstance(target, type)
-            for name in names:
-                if not hasattr(target, name):
-                    raise HookError(f"weave({self.description}): it has no attribute {name!r} to weave.")
+            for name, event in names.items():
                 own = name in vars(target)
                 original = _raw_attribute(target, name) if is_class else getattr(target, name)
-                if join_point_of(original) is not None:
-                    raise HookError(f"weave({self.description}): {name!r} is already a join point.")
-                woven = make_join_point(original, None)
-                setattr(target, name, woven)
-                if is_class:
+                woven = make_join_point(original, event)
+                if is_class:  # named before it is stored: a call from another thread finds it whole
                     name_join_point(woven, target, name)
+                setattr(target, name, woven)
                 self._saved.append((target, name, own, original))
             if is_class:
                 changed_class(target, None, structure=True)
@@ -79,8 +89,50 @@ class WeaveHandle(Removable):
             self._saved.clear()
 
     def __repr__(self) -> str:
-        state = "applied" if self.applied else ("removed" if self._removed else "pending import")
+        if self.applied:
+            state = "applied"
+        elif self._removed:
+            state = "removed"
+        elif self.error is not None:
+            state = f"failed: {self.error}"
+        else:
+            state = "pending import"
         return f"<hookwrap.WeaveHandle {self.description} {state}>"
+
+
+def _check_target(target: Any, names: dict[str, str | None], description: str) -> None:
+    """Refuse what cannot be woven, naming it and the fix, before changing anything."""
+    where = f"weave({description})"
+    if isinstance(target, type) and target.__flags__ & _IMMUTABLE_TYPE:
+        raise HookError(
+            f"{where}: {target.__qualname__} is a built-in or extension type, whose methods "
+            f"cannot be replaced. Weave the Python class or function that calls it instead."
+        )
+    events: dict[str, str] = {}
+    for name, event in names.items():
+        if not hasattr(target, name):
+            public = [n for n in dir(target) if not n.startswith("__")]
+            raise HookError(f"{where}: it has no attribute {name!r} to weave." + closest(name, public))
+        original = _raw_attribute(target, name) if isinstance(target, type) else getattr(target, name)
+        if join_point_of(original) is not None:
+            raise HookError(f"{where}: {name!r} is already a join point.")
+        if not callable(original) and not isinstance(original, (classmethod, staticmethod)):
+            raise HookError(f"{where}: {name!r} is a {type(original).__name__}, not a method or function.")
+        key = normalize(event or name)
+        if key in events:
+            raise HookError(
+                f"{where}: {events[key]!r} and {name!r} would both be join point {event or name!r}; "
+                f"give each its own event name."
+            )
+        events[key] = name
+    if isinstance(target, type):
+        for key, name in events.items():
+            existing = join_points(target).get(key)
+            if existing is not None and existing.attr_name not in names:
+                raise HookError(
+                    f"{where}: {target.__qualname__} already has a join point {existing.event!r} "
+                    f"({existing.attr_name}); weave {name!r} under another event name."
+                )
 
 
 def _restore_class(cls: type) -> None:
@@ -100,30 +152,89 @@ def _raw_attribute(cls: type, name: str) -> Any:
     return getattr(cls, name)
 
 
-def weave(target: Any, *names: str) -> WeaveHandle:
-    """Make ``names`` of ``target`` hookable; returns a handle that restores them."""
-    if not names:
-        raise HookError(f"weave({target!r}): name the methods or functions to make hookable.")
+def weave(target: Any, *names: str, **events: str) -> WeaveHandle:
+    """Make ``names`` of ``target`` hookable, each a join point of its own name, and
+    each ``event=attribute`` of ``events`` a join point named ``event``
+    (``weave(Trainer, step="training_step")``); returns a handle that restores them."""
+    label: str = target if isinstance(target, str) else str(
+        getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or repr(target))
+    wanted = _wanted(label, names, events)
     if isinstance(target, str):
-        module_name, _, attr_path = target.partition(":")
-        handle = WeaveHandle(target)
-
-        def apply(module: ModuleType) -> None:
-            obj: Any = module
-            for part in filter(None, attr_path.split(".")):
-                obj = getattr(obj, part)
-            handle._apply(obj, names)
-
-        if module_name in sys.modules:
-            apply(sys.modules[module_name])
-        else:
-            wrapt.register_post_import_hook(apply, module_name)
-        return handle
+        return _weave_on_import(target, wanted)
     if not isinstance(target, (type, ModuleType)):
         raise HookError(
             f"weave({target!r}): the target must be a class, a module, or a dotted "
             f"'package.module:Class' string."
         )
-    handle = WeaveHandle(getattr(target, "__qualname__", None) or target.__name__)
-    handle._apply(target, names)
+    handle = WeaveHandle(label)
+    handle._apply(target, wanted)
+    return handle
+
+
+def _wanted(label: str, names: tuple[str, ...], events: dict[str, str]) -> dict[str, str | None]:
+    """attribute -> explicit event name (None: the attribute's own), checked."""
+    where = f"weave({label})"
+    if not names and not events:
+        raise HookError(
+            f"{where}: name the methods or functions to make hookable: weave(target, 'train'), "
+            f"or with event names, weave(target, step='training_step')."
+        )
+    wanted: dict[str, str | None] = {}
+    for name in names:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise HookError(f"{where}: {name!r} is not an attribute name.")
+        wanted[name] = None
+    for event, name in events.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise HookError(f"{where}: {event}={name!r}: give the attribute to weave as a name.")
+        if event.partition("_")[0] in PHASES and event.partition("_")[2] == "":
+            raise HookError(f"{where}: {event!r} is a phase; name the join point, like step='training_step'.")
+        if name in wanted:
+            raise HookError(f"{where}: {name!r} is named twice; weave each attribute once.")
+        wanted[name] = event
+    return wanted
+
+
+def _weave_on_import(target: str, wanted: dict[str, str | None]) -> WeaveHandle:
+    """A dotted target: woven when its module is imported (now, if it already is)."""
+    module_name, colon, attr_path = target.partition(":")
+    if not _DOTTED.fullmatch(module_name) or (colon and not _DOTTED.fullmatch(attr_path)) \
+            or attr_path.count(":"):
+        raise HookError(
+            f"weave({target!r}): a dotted target is 'package.module:Class' (a class), "
+            f"'package.module:Class.Inner', or 'package.module' (its functions)."
+        )
+    handle = WeaveHandle(target)
+
+    def apply(module: ModuleType, on_import: bool = True) -> None:
+        # The module as sys.modules holds it: a package may have replaced itself with
+        # a lazy module (transformers' _LazyModule) whose __getattr__ imports the class.
+        obj: Any = sys.modules.get(module_name, module)
+        try:
+            path = module_name
+            for part in filter(None, attr_path.split(".")):
+                try:
+                    obj = getattr(obj, part)
+                except AttributeError:
+                    names = [n for n in dir(obj) if not n.startswith("_")]
+                    raise HookError(f"{path} has no attribute {part!r}." + closest(part, names)) from None
+                path = f"{path}.{part}"
+            handle._apply(obj, wanted)
+        except (ImportError, HookError) as exc:
+            if not on_import:
+                raise
+
+            # Raising here would fail the user's import; say it instead.
+            handle.error = str(exc).rstrip(".")
+            warnings.warn(
+                f"hookwrap.weave({target!r}): {module_name} was imported, but the target could not "
+                f"be woven ({handle.error}). Check the spelling, or weave the class itself: "
+                f"hookwrap.weave(cls, ...).",
+                HookwrapWarning, stacklevel=2,
+            )
+
+    if module_name in sys.modules:
+        apply(sys.modules[module_name], on_import=False)
+    else:
+        wrapt.register_post_import_hook(apply, module_name)
     return handle

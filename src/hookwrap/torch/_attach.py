@@ -8,19 +8,20 @@ so a misspelled event or a monitor the event never provides fails at once.
 
 from __future__ import annotations
 
+import functools
 import typing
 from collections.abc import Mapping
 from typing import Any, Callable, NamedTuple
 
 from ..callback import Callback
-from ..errors import HookError, UnknownEventError, closest
+from ..errors import CallbackSignatureError, HookError, UnknownEventError, closest
 from ..events import normalize
-from .._joinpoints import all_join_points, find_join_point, spec_of
+from .._joinpoints import all_join_points, find_join_point, spec_of, target_join_points
 from ..options import process_rank
-from .._reader import reader
+from .._reader import per_join_point, reader
 from ..signature import JoinPointSpec
 
-__all__ = ["CountingCallback", "DefaultEvent", "ShippedCallback", "Source", "from_object", "is_rank_zero", "reader", "to_float"]
+__all__ = ["CountingCallback", "DefaultEvent", "ShippedCallback", "Source", "from_object", "per_join_point", "is_rank_zero", "reader", "to_float"]
 
 
 class DefaultEvent(str):
@@ -51,21 +52,33 @@ class Source(NamedTuple):
             ) from None
 
 
-def _join_points(target: type | None, name: str, where: str) -> list[Any]:
-    if target is not None:
+def _join_points(target: Any, name: str, where: str) -> list[Any]:
+    """The join points ``name`` reaches on ``target``: a class, a hookable function, a
+    module of them, or (``None``) every join point of that name, for the global tier."""
+    if isinstance(target, type):
         return [find_join_point(target, name, where)]
+    if target is not None:
+        known = target_join_points(target)
+        jp = known.get(normalize(name))
+        if jp is None:
+            events = sorted(j.event for j in known.values())
+            raise UnknownEventError(
+                f"{where}: {getattr(target, '__name__', target)!r} has no join point {name!r}."
+                + closest(name, events) + f" Its join points: {', '.join(events) or '(none)'}."
+            )
+        return [jp]
     found = [jp for jp in all_join_points() if normalize(jp.event) == normalize(name)]
     if not found:
-        known = sorted({jp.event for jp in all_join_points()})
+        known_names = sorted({jp.event for jp in all_join_points()})
         raise UnknownEventError(
-            f"{where}: no join point {name!r} exists." + closest(name, known)
+            f"{where}: no join point {name!r} exists." + closest(name, known_names)
             + " Define or import the hookable code before attaching globally, or attach "
-            "to the object: obj.add_callback(cb)."
+            "to the object: hookwrap.add_callback(obj, cb)."
         )
     return found
 
 
-def has_join_point(target: type | None, name: str) -> bool:
+def has_join_point(target: Any, name: str) -> bool:
     try:
         _join_points(target, name, "")
     except UnknownEventError:
@@ -99,7 +112,7 @@ class ShippedCallback(Callback):
     def where(self) -> str:
         return f"{type(self).__name__}"
 
-    def wants(self, target: type | None, event: str | None) -> bool:
+    def wants(self, target: Any, event: str | None) -> bool:
         """Should this callback attach to ``event``? ``None`` and a default the target
         lacks: no. A name the target lacks: UnknownEventError, with the closest names."""
         if event is None:
@@ -109,7 +122,7 @@ class ShippedCallback(Callback):
         _join_points(target, event, self.where)
         return True
 
-    def find(self, target: type | None, join_point: str, monitor: str) -> Source:
+    def find(self, target: Any, join_point: str, monitor: str) -> Source:
         """Resolve ``monitor`` on ``join_point``: an argument of that name, else
         ``return_value``, else a key of the returned mapping (checked against the return
         annotation where it says what comes back)."""
@@ -143,12 +156,38 @@ class ShippedCallback(Callback):
             raise refusals[0]
         return Source(event, "return_value", monitor)
 
-    def event_methods(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:
+    def event_methods(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
         return self.attach(target)
 
-    def attach(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:
+    def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
         """The callback's own ``(event, callable)`` pairs; subclasses build them."""
         raise NotImplementedError
+
+    def value_reader(self, handler: Callable[..., Any], event: str, setting: Any, what: str) -> Callable[..., Any]:
+        """``handler(obj, value)`` after each call of ``event``, the value read where the
+        join point has it: its argument named ``setting``, else the attribute
+        ``setting`` of the hooked object (``optimizer="optimizer"`` reads
+        ``trainer.optimizer``), else ``setting`` itself when it is not a name (the
+        module or optimizer passed in). Chosen once per join point."""
+        if not isinstance(setting, str):
+            return reader(handler, event, None, (setting,))
+        choose = functools.partial(self._choose_value, handler.__name__, event, setting, what)
+        return per_join_point(self, handler.__name__, choose)
+
+    def _choose_value(self, handler_name: str, event: str, setting: str, what: str, spec: Any) -> Any:
+        handler = getattr(self, handler_name)
+        if setting in spec.refs:
+            return reader(handler, event, setting)
+        if not spec.has_obj:
+            raise CallbackSignatureError(
+                f"{self.where}: {spec.where} has no argument {setting!r} to read the {what} from, "
+                f"and no object with such an attribute. Pass {what}= the {what} itself, or the "
+                f"name of the argument that carries it."
+            )
+        return reader(self._from_attribute, event, None, (handler_name, setting, what))
+
+    def _from_attribute(self, obj: Any, handler_name: str, setting: str, what: str) -> None:
+        getattr(self, handler_name)(obj, from_object(obj, setting, what, self.where))
 
 
 class CountingCallback(ShippedCallback):
@@ -159,7 +198,7 @@ class CountingCallback(ShippedCallback):
         self.step_event = step_event
         self.step = 0  # steps started (the current step, while one runs)
 
-    def event_methods(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:
+    def event_methods(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
         pairs = self.attach(target)
         if self.wants(target, self.step_event):
             pairs.insert(0, (f"pre-{self.step_event}", reader(self._count_step, "pre-")))
@@ -191,6 +230,11 @@ def from_object(obj: Any, value: Any, what: str, where: str) -> Any:
     (``model="model"`` reads ``trainer.model``)."""
     if not isinstance(value, str):
         return value
+    if obj is None:
+        raise HookError(
+            f"{where}: the join point is a function, with no object to read the {what} from "
+            f"as attribute {value!r}. Pass {what}= the {what} itself."
+        )
     try:
         return getattr(obj, value)
     except AttributeError:

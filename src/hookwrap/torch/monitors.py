@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ._attach import DefaultEvent, reader, CountingCallback, from_object
+from ._attach import CountingCallback, DefaultEvent
 
 __all__ = ["GradNorm", "LRMonitor"]
 
@@ -12,7 +12,7 @@ __all__ = ["GradNorm", "LRMonitor"]
 class GradNorm(CountingCallback):
     """After each call of ``event`` (default ``"backward"``), the total ``norm_type``
     norm of the gradients of ``model`` (an attribute name of the hooked object, or
-    the module). Every ``every`` steps only: the norm reads a value back from the
+    the module; read from the join point's argument of that name first). Every ``every`` steps only: the norm reads a value back from the
     device. ``history`` holds ``(step, norm)``; ``logger`` (a MetricsLogger) gets
     ``grad_norm``."""
 
@@ -26,17 +26,16 @@ class GradNorm(CountingCallback):
         self.history: list[tuple[int, float]] = []
         self.calls = 0
 
-    def attach(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:
+    def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
         self.wants(target, self.event)
-        return [(f"post-{self.event}", reader(self.measure, "post-"))]
+        return [(f"post-{self.event}", self.value_reader(self.measure, "post-", self.model, "model"))]
 
-    def measure(self, obj: Any) -> None:
+    def measure(self, obj: Any, model: Any) -> None:
         import torch
 
         self.calls += 1
         if self.calls % self.every:
             return
-        model = from_object(obj, self.model, "model", "GradNorm")
         grads = [p.grad for p in model.parameters() if p.grad is not None]
         if not grads:
             return
@@ -59,8 +58,8 @@ class GradNorm(CountingCallback):
 
 class LRMonitor(CountingCallback):
     """After each call of ``event`` (default ``"optimizer_step"``), the learning rate
-    of each parameter group of ``optimizer`` (an attribute name of the hooked object,
-    or the optimizer). ``history`` holds ``(step, [lr per group])`` each time they change; ``logger`` gets
+    of each parameter group of ``optimizer`` (the join point's argument of that name,
+    else an attribute of the hooked object, or the optimizer itself). ``history`` holds ``(step, [lr per group])`` each time they change; ``logger`` gets
     ``lr`` (``lr/<i>`` for several groups)."""
 
     def __init__(self, optimizer: Any = "optimizer", event: str = "optimizer_step",
@@ -69,12 +68,11 @@ class LRMonitor(CountingCallback):
         self.optimizer, self.event, self.logger = optimizer, event, logger
         self.history: list[tuple[int, list[float]]] = []
 
-    def attach(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:
+    def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
         self.wants(target, self.event)
-        return [(f"post-{self.event}", reader(self.record, "post-"))]
+        return [(f"post-{self.event}", self.value_reader(self.record, "post-", self.optimizer, "optimizer"))]
 
-    def record(self, obj: Any) -> None:
-        optimizer = from_object(obj, self.optimizer, "optimizer", "LRMonitor")
+    def record(self, obj: Any, optimizer: Any) -> None:
         lrs = [float(group["lr"]) for group in optimizer.param_groups]
         if not self.history or self.history[-1][1] != lrs:
             self.history.append((self.step, lrs))

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any, Callable
 
-from ._attach import DefaultEvent, reader, CountingCallback
+from ..errors import CallbackSignatureError
+from ._attach import CountingCallback, DefaultEvent, per_join_point, reader
 
 __all__ = ["NanGuard", "NonFiniteError"]
 
@@ -40,8 +42,10 @@ def _first_non_finite(value: Any) -> tuple[str, Any] | None:
 
 class NanGuard(CountingCallback):
     """Raises :class:`NonFiniteError` naming the event, the step and the value when
-    what one of ``events`` returns (a loss tensor, a float, or a mapping of metrics)
-    is NaN or infinite.
+    the loss or metrics of one of ``events`` are NaN or infinite: the join point's
+    ``argument`` (default ``loss``, as in ``backward(loss)``) where it has one, else
+    what it returns (a loss tensor, a float, or a mapping of metrics). A join point
+    that has neither (it returns None) is refused when the guard is attached.
 
     ``events`` are join point names (default: ``"loss"``); the step counted is that of
     ``step_event`` (the join point ``step`` where the target has one). On CUDA each
@@ -50,29 +54,44 @@ class NanGuard(CountingCallback):
     """
 
     def __init__(self, events: tuple[str, ...] | list[str] | str = ("loss",),
-                 step_event: str | None = DefaultEvent("step")) -> None:
+                 step_event: str | None = DefaultEvent("step"), argument: str = "loss") -> None:
         super().__init__(step_event)
         self.events = (events,) if isinstance(events, str) else tuple(events)
+        self.argument = argument
         self.checked = 0
 
     @property
     def state_key(self) -> str:
         return f"NanGuard[{','.join(self.events)}]"
 
-    def attach(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:
+    def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
         pairs: list[tuple[str, Callable[..., Any]]] = []
         for name in self.events:
             self.wants(target, name)
-            pairs.append((f"post-{name}", reader(self.check, "post-", "return_value", (name,))))
+            choose = functools.partial(self._choose, name)
+            pairs.append((f"post-{name}", per_join_point(self, f"check[{name}]", choose)))
         return pairs
+
+    def _choose(self, event: str, spec: Any) -> Any:
+        """The value watched on one join point: its ``argument`` (``loss``: accelerate's
+        ``backward(loss)``) where it has one, else what it returns."""
+        if self.argument in spec.refs:
+            return reader(self.check, "post-", self.argument, (event,))
+        if spec.returns_none:
+            raise CallbackSignatureError(
+                f"NanGuard: {spec.where} returns None and has no argument {self.argument!r}, so "
+                f"there is nothing to check. Watch the join point that computes the loss, or "
+                f"pass argument= the name of the argument that carries it."
+            )
+        return reader(self.check, "post-", "return_value", (event,))
 
     def check(self, obj: Any, event: str, value: Any) -> None:
         self.checked += 1
         found = _first_non_finite(value)
         if found is not None:
             when = f"at step {self.step}" if self.step else "before any step was counted"
+            of = f" ({type(obj).__name__})" if obj is not None else ""
             raise NonFiniteError(
-                f"NanGuard: event 'post-{event}' returned {found[1]}{found[0]} {when} "
-                f"({type(obj).__name__}). Stopping the run; lower the learning rate, "
+                f"NanGuard: event 'post-{event}' returned {found[1]}{found[0]} {when}{of}. Stopping the run; lower the learning rate, "
                 f"clip gradients, or check the inputs of that step."
             )

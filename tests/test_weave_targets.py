@@ -1,0 +1,198 @@
+"""What ``weave`` accepts and what it survives: event names chosen at weave time,
+dotted targets on lazy packages, targets that never resolve, libraries that
+re-patch the methods they own, and what it refuses."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import pytest
+
+
+def test_weave_names_the_events(hw):
+    class Trainer:
+        def training_step(self, batch: int) -> int:
+            return batch
+
+        def compute_loss(self, batch: int) -> int:
+            return batch * 2
+
+    with hw.weave(Trainer, step="training_step", loss="compute_loss") as handle:
+        hw.before(Trainer, "step", lambda self, batch: batch + 1)
+        hw.after(Trainer, "loss", lambda self, return_value: return_value * 10)
+        assert (Trainer().training_step(1), Trainer().compute_loss(1)) == (2, 20)
+        assert set(hw.describe(Trainer).chains) == {"step", "loss"}
+        with pytest.raises(hw.UnknownEventError, match="no join point 'training_step'"):
+            hw.before(Trainer, "training_step", lambda self: None)
+        assert handle.applied
+    assert (Trainer().training_step(1), Trainer().compute_loss(1)) == (1, 2)
+
+
+def test_weave_names_a_module_function_event(hw, tmp_path, monkeypatch):
+    (tmp_path / "woven_script_mod.py").write_text("def train_one_batch(loss):\n    return loss\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import woven_script_mod as mod
+
+    seen = []
+    with hw.weave(mod, step="train_one_batch"):
+        hw.after(mod, "step", lambda return_value: seen.append(return_value) or return_value)
+        assert mod.train_one_batch(3) == 3
+    assert seen == [3] and mod.train_one_batch(4) == 4 and seen == [3]
+
+
+@pytest.mark.parametrize("args, kwargs, message", [
+    ((), {}, "name the methods or functions"),
+    (("training_step",), {"step": "training_step"}, "'training_step' is named twice"),
+    ((), {"step": "training_step", "loss": "training_step"}, "named twice"),
+    (("missing",), {}, "no attribute 'missing' to weave"),
+    (("label",), {}, "'label' is a str, not a method"),
+    (("3x",), {}, "'3x' is not an attribute name"),
+])
+def test_weave_refuses_bad_names_before_changing_anything(hw, args, kwargs, message):
+    class Trainer:
+        label = "t"
+
+        def training_step(self) -> None:
+            pass
+
+    original = vars(Trainer)["training_step"]
+    with pytest.raises(hw.HookError, match=message):
+        hw.weave(Trainer, *args, **kwargs)
+    assert vars(Trainer)["training_step"] is original
+
+
+def test_weave_refuses_an_event_name_the_class_already_has(hw):
+    class Trainer(hw.Hookable):
+        @hw.hookable
+        def step(self) -> None:
+            pass
+
+        def training_step(self) -> None:
+            pass
+
+    with pytest.raises(hw.HookError, match="already has a join point 'step'"):
+        hw.weave(Trainer, step="training_step")
+
+
+@pytest.mark.parametrize("target", [int, dict, type(sys)])
+def test_weave_refuses_builtin_types(hw, target):
+    name = next(n for n in ("bit_length", "keys", "__repr__") if hasattr(target, n))
+    with pytest.raises(hw.HookError, match="built-in or extension type"):
+        hw.weave(target, name)
+
+
+@pytest.mark.parametrize("target", ["a b:C", "pkg:C:D", ":Trainer", "pkg:C..x", "pkg.:C"])
+def test_weave_refuses_bad_dotted_targets(hw, target):
+    with pytest.raises(hw.HookError, match="a dotted target is 'package.module:Class'"):
+        hw.weave(target, "x")
+
+
+def test_weave_of_an_imported_module_names_a_missing_attribute(hw):
+    with pytest.raises(hw.HookError, match="json has no attribute 'dumps5'.*Did you mean 'dumps'"):
+        hw.weave("json:dumps5", "x")
+
+
+_LAZY_PACKAGE = {
+    # transformers' pattern: the package replaces itself in sys.modules with a lazy
+    # module whose __getattr__ imports the submodule that defines the class.
+    "lazypkg/__init__.py": """
+        import importlib, sys, types
+
+        class _Lazy(types.ModuleType):
+            def __getattr__(self, name):
+                if name == "Trainer":
+                    value = importlib.import_module(".trainer", __name__).Trainer
+                    setattr(self, name, value)
+                    return value
+                raise AttributeError(name)
+
+        lazy = _Lazy(__name__)
+        lazy.__path__, lazy.__spec__ = __path__, __spec__
+        sys.modules[__name__] = lazy
+    """,
+    "lazypkg/trainer.py": """
+        import lazypkg
+
+        class Trainer:
+            def compute_loss(self, x):
+                return x
+    """,
+}
+
+
+def _run(hw: Any, tmp_path: Any, script: str) -> subprocess.CompletedProcess[str]:
+    for path, text in _LAZY_PACKAGE.items():
+        (tmp_path / path).parent.mkdir(exist_ok=True)
+        (tmp_path / path).write_text(textwrap.dedent(text))
+    env = dict(os.environ, HOOKWRAP_NO_EXTENSIONS="" if hw.USING_EXTENSION else "1",
+               PYTHONPATH=str(tmp_path))
+    return subprocess.run([sys.executable, "-W", "error::hookwrap.HookwrapWarning", "-c",
+                           textwrap.dedent(script)], capture_output=True, text=True, env=env,
+                          cwd=str(tmp_path), timeout=120)
+
+
+def test_a_dotted_target_resolves_through_a_lazy_package(hw, tmp_path):
+    out = _run(hw, tmp_path, """
+        import hookwrap as hw
+        handle = hw.weave("lazypkg:Trainer", loss="compute_loss")
+        print(handle)
+        from lazypkg import Trainer
+        print(handle)
+        hw.after(Trainer, "loss", lambda self, return_value: return_value * 10)
+        print(Trainer().compute_loss(2))
+    """)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["<hookwrap.WeaveHandle lazypkg:Trainer pending import>",
+                                       "<hookwrap.WeaveHandle lazypkg:Trainer applied>", "20"]
+
+
+def test_a_dotted_target_that_never_resolves_warns_on_import(hw, tmp_path):
+    out = _run(hw, tmp_path, """
+        import warnings
+        import hookwrap as hw
+        handle = hw.weave("lazypkg:Trainr", "compute_loss")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            import lazypkg
+        print(caught[0].message)
+        print(handle)
+    """)
+    assert out.returncode == 0, out.stderr
+    warning, state = out.stdout.splitlines()
+    assert "hookwrap.weave('lazypkg:Trainr'): lazypkg was imported, but the target could not be woven" in warning
+    assert "lazypkg has no attribute 'Trainr'" in warning and "Check the spelling" in warning
+    assert state == "<hookwrap.WeaveHandle lazypkg:Trainr failed: lazypkg has no attribute 'Trainr'>"
+
+
+def _repatch(cls: type, name: str) -> None:
+    """What torch.optim does to every optimizer class's step on its first instance."""
+    inner = getattr(cls, name)
+
+    @functools.wraps(inner)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return inner(*args, **kwargs)
+
+    setattr(cls, name, wrapper)
+
+
+def test_a_weave_survives_its_class_re_patching_the_method(hw):
+    class Optimizer:
+        def step(self, lr: float) -> float:
+            return lr
+
+    calls = []
+    with hw.weave(Optimizer, "step"):
+        hw.before(Optimizer, "step", lambda self, lr: calls.append(lr) or lr * 2)
+        _repatch(Optimizer, "step")
+        _repatch(Optimizer, "step")  # twice: still one join point, fired once
+        assert Optimizer().step(1.0) == 2.0
+        assert calls == [1.0]
+        obj = Optimizer()
+        hw.after(obj, "step", lambda self, return_value: calls.append("own") or return_value)
+        assert obj.step(3.0) == 6.0 and calls == [1.0, 3.0, "own"]
+    assert Optimizer().step(1.0) == 1.0
