@@ -41,7 +41,7 @@ import sys
 import traceback
 from dataclasses import dataclass, field
 from types import CodeType, ModuleType, TracebackType
-from typing import Any
+from typing import Any, Sequence
 
 from .errors import HookError, UnknownEventError, closest
 
@@ -225,10 +225,15 @@ class Runner:
             raise BadInput(f"{PROG}: --weave {target.spec!r}: {exc}") from None
         self.handles.append(handle)
 
-    def _evaluate(self, expr: str) -> Any:
+    def _evaluate(self, expr: Any) -> Any:
         import hookwrap
 
         from .callback import Callback
+
+        if not isinstance(expr, str):  # run(callbacks=[StepTimer()]): an object already
+            if isinstance(expr, Callback) or (isinstance(expr, tuple) and len(expr) == 2):
+                return expr
+            raise BadInput(f"{PROG}: callback {expr!r} is not a hookwrap.Callback or an ('event', fn) pair.")
 
         scope: dict[str, Any] = {"hw": hookwrap, "hookwrap": hookwrap}
         try:
@@ -371,11 +376,13 @@ def _script_traceback(tb: TracebackType | None) -> TracebackType | None:
     return tb
 
 
-def run(script: str, args: list[str], presets: list[str] = (), weaves: list[str] = (),  # type: ignore[assignment]
-        callbacks: list[str] = ()) -> int:  # type: ignore[assignment]
+def run(script: str, args: Sequence[str] = (), presets: Sequence[str] = (), weaves: Sequence[str] = (),
+        callbacks: Sequence[Any] = ()) -> int:
     """Run ``script`` with ``args`` as ``python script.py args`` would, with the presets,
-    weaves and callbacks applied; returns the exit status (a ``SystemExit`` with a
-    message, a ``KeyboardInterrupt``, propagate as they would from the script)."""
+    weaves and callbacks applied, then undo them all; returns the exit status (the
+    script's ``sys.exit`` code; 1 after printing an uncaught exception; 2 for bad
+    input, printed to stderr). ``callbacks`` are ``--callback`` expressions, or
+    callback objects (``Callback`` instances, ``("event", fn)`` pairs)."""
     runner = Runner(script, list(args), list(presets), [], list(callbacks))
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     saved_main = sys.modules.get("__main__")
