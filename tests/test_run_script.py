@@ -144,6 +144,24 @@ def test_argv_main_path_pickling_and_exit_codes(hw, tmp_path, capsys):
     assert "script_runner" not in err and "probe.py\", line 10, in <module>" in err
 
 
+def test_a_module_beside_the_script_and_the_script_by_its_module_name(hw, tmp_path, capsys):
+    (tmp_path / "helper.py").write_text("def double(x):\n    return 2 * x\n")
+    probe = _script(tmp_path, """
+        import helper
+        def total(n):
+            return sum(helper.double(i) for i in range(n))
+        print(total(4))
+    """)
+    seen = []
+    status = _runner(hw).run(str(probe), [], weaves=["helper:double", "probe:total"], callbacks=[
+        ("post-double", lambda return_value: seen.append(("double", return_value)) or return_value),
+        ("post-total", lambda return_value: seen.append(("total", return_value)) or return_value)])
+    assert status == 0 and capsys.readouterr().out == "12\n"
+    assert seen == [("double", 0), ("double", 2), ("double", 4), ("double", 6), ("total", 12)]
+    assert hw._dispatch.join_point_of(sys.modules["helper"].double) is None  # un-woven after the run
+    del sys.modules["helper"]
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"presets": ["torch_optimm"]},
      "--preset 'torch_optimm': no such preset. Did you mean 'torch_optim'? Presets: torch_optim."),

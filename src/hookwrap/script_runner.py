@@ -387,20 +387,22 @@ def run(script: str, args: Sequence[str] = (), presets: Sequence[str] = (), weav
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     saved_main = sys.modules.get("__main__")
     _active.append(runner)
+    path = os.path.abspath(script)
     try:
+        # As the script will see them, before anything is imported: a module woven
+        # with --weave may sit beside the script.
+        sys.argv[:] = [script, *args]
+        sys.path.insert(0, os.path.dirname(path))
         try:
             runner.weaves = [parse_weave(spec) for spec in weaves]
             code = runner.prepare()
         except BadInput as bad:
             print(bad.message, file=sys.stderr)
             return 2
-        path = os.path.abspath(script)
         module = runner.module = ModuleType("__main__")
         spec = importlib.machinery.ModuleSpec("__main__", None, origin=path)
         vars(module).update(__file__=path, __spec__=spec, __package__=None, __cached__=None,
                             __loader__=None)
-        sys.argv[:] = [script, *args]
-        sys.path.insert(0, os.path.dirname(path))
         sys.modules["__main__"] = module
         try:
             exec(code, vars(module))

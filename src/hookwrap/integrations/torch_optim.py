@@ -17,6 +17,11 @@ Callbacks fire once per ``opt.step()``: torch re-wraps ``cls.step`` for its
 profiler when a class's first instance is made, an LR scheduler wraps
 ``opt.step`` on the instance, and an override calling ``super().step()`` reaches
 its base's join point; each of those reaches the outermost join point once.
+
+After ``remove()``, an optimizer that an LR scheduler wrapped while woven keeps
+the wrapper it made, which calls the join point it captured: class-tier
+callbacks are gone with the weave, but global callbacks still registered still
+fire for that optimizer's steps (remove them too; new optimizers are plain).
 """
 
 from __future__ import annotations
@@ -129,6 +134,6 @@ def weave_optimizers(event: str = "step") -> OptimizerWeave:
                 super(base, cls).__init_subclass__(**kwargs)  # type: ignore[misc]
             woven._weave_class(cls)
 
-        base.__init_subclass__ = classmethod(__init_subclass__)  # type: ignore[assignment, method-assign]
+        base.__init_subclass__ = classmethod(__init_subclass__)  # type: ignore[arg-type, assignment, method-assign]
         _active.append(woven)
         return woven
