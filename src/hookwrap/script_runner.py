@@ -153,7 +153,8 @@ class Runner:
         if not self._pending_script:
             self._register_callbacks()
         _inject(tree, positions)
-        return compile(tree, path, "exec", dont_inherit=True)
+        # Named by its absolute path, as __file__ is: tracebacks find the source after a chdir.
+        return compile(tree, os.path.abspath(path), "exec", dont_inherit=True)
 
     def _alias_script_module(self) -> None:
         """``--weave train:fn`` where ``train`` is the script itself: its ``__main__``."""
