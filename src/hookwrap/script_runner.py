@@ -221,7 +221,10 @@ class Runner:
                 f"or module. Write MODULE:FUNCTION or MODULE:CLASS.METHOD."
             )
         try:
-            handle = weave(container, **{target.event or target.attr: target.attr})
+            if target.event is None or target.event == target.attr:
+                handle = weave(container, target.attr)
+            else:
+                handle = weave(container, **{target.event: target.attr})
         except HookError as exc:
             raise BadInput(f"{PROG}: --weave {target.spec!r}: {exc}") from None
         self.handles.append(handle)

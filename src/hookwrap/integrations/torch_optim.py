@@ -61,7 +61,7 @@ class OptimizerWeave(Removable):
             return
         if join_point_of(vars(cls)["step"]) is not None:
             return  # already hookable (@hw.hookable, or a weave of its own): left alone
-        self.handles[cls] = weave(cls, **{self.event: "step"})
+        self.handles[cls] = weave(cls, "step") if self.event == "step" else weave(cls, **{self.event: "step"})
 
     def remove(self) -> None:
         with _lock:
