@@ -1,6 +1,7 @@
 """``hookwrap demo`` trains a small PyTorch model through a hookable loop extended
 with callbacks; ``hookwrap bench`` prints the dispatch overhead as ratios to a bare
-method call. (``python -m hookwrap`` is the same command.)"""
+method call; ``hookwrap run`` runs a training script you cannot edit with weaves and
+callbacks applied from outside. (``python -m hookwrap`` is the same command.)"""
 
 from __future__ import annotations
 
@@ -22,7 +23,28 @@ def main(argv: list[str] | None = None) -> int:
                        help="also measure the share of a torch training step (needs the torch extra)")
     bench.add_argument("--current-only", action="store_true",
                        help="only the implementation in use, in this process")
+    run = commands.add_parser(
+        "run", help="run a script with weaves and callbacks applied from outside",
+        description="Run SCRIPT as `python SCRIPT ARGS...` would (its argv, __main__, sys.path and "
+                    "exit status), with join points woven and callbacks registered from outside.",
+        epilog="example: hookwrap run --preset torch_optim --weave epoch=__main__:train "
+               "--callback 'StepTimer()' train.py --epochs 2",
+    )
+    run.add_argument("--preset", action="append", default=[], metavar="NAME",
+                     help="apply a ready-made weave: torch_optim (step of every torch.optim optimizer)")
+    run.add_argument("--weave", action="append", default=[], metavar="[EVENT=]MODULE:ATTR",
+                     help="make a function (MODULE:FUNCTION) or method (MODULE:CLASS.METHOD) a join point, "
+                          "named EVENT if given; __main__:NAME is the script's own")
+    run.add_argument("--callback", action="append", default=[], metavar="EXPR",
+                     help="a Python expression making a callback, with hw and hookwrap.torch's names in scope "
+                          "(\"NanGuard(events='loss')\"); registered on the global tier")
+    run.add_argument("script", help="the script to run")
+    run.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
     args = parser.parse_args(argv)
+    if args.command == "run":
+        from .script_runner import run as run_script
+
+        return run_script(args.script, args.args, args.preset, args.weave, args.callback)
     if args.command == "demo":
         return _demo(parser, args)
     from .bench import main as bench_main

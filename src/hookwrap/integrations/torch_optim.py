@@ -1,0 +1,139 @@
+"""Every ``torch.optim`` optimizer's ``step`` as a join point, in one call.
+
+``weave_optimizers()`` weaves ``step`` of ``torch.optim.Optimizer`` and of every
+subclass that defines its own: those that exist now (SGD, Adam, ... and any a
+library or the script defined already), and those defined later (a custom
+optimizer in the script, ``ZeroRedundancyOptimizer`` once imported), woven as
+their class is created (``Optimizer.__init_subclass__``). So a plain training
+script gets a ``step`` event per ``optimizer.step()``, whether the optimizer was
+created before or after the weave::
+
+    handle = weave_optimizers()
+    hw.register_global_callback(StepTimer())        # every optimizer, every step
+    hw.before(torch.optim.Optimizer, "step", fn)    # class tier: all optimizers
+    handle.remove()                                 # everything as it was
+
+Callbacks fire once per ``opt.step()``: torch re-wraps ``cls.step`` for its
+profiler when a class's first instance is made, an LR scheduler wraps
+``opt.step`` on the instance, and an override calling ``super().step()`` reaches
+its base's join point; each of those reaches the outermost join point once.
+
+After ``remove()``, an optimizer that an LR scheduler wrapped while woven keeps
+the wrapper it made, which calls the join point it captured: class-tier
+callbacks are gone with the weave, but global callbacks still registered still
+fire for that optimizer's steps (remove them too; new optimizers are plain).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from .._dispatch import join_point_of
+from .._registration import Removable
+from ..errors import HookError
+from ..weave import WeaveHandle, weave
+
+__all__ = ["OptimizerWeave", "weave_optimizers"]
+
+_active: list[OptimizerWeave] = []  # at most one: a second weave would find step woven
+_lock = threading.RLock()
+
+
+class OptimizerWeave(Removable):
+    """What ``weave_optimizers()`` returns: ``remove()`` restores ``step`` of every
+    class it wove (those created since included) and ``Optimizer.__init_subclass__``."""
+
+    def __init__(self, event: str) -> None:
+        self.event = event
+        self.handles: dict[type, WeaveHandle] = {}  # class -> its weave, in weaving order
+        self._had_hook = False
+        self._old_hook: Any = None
+        self._removed = False
+
+    @property
+    def classes(self) -> list[type]:
+        """The classes whose ``step`` is woven, in the order they were woven."""
+        return list(self.handles)
+
+    def _weave_class(self, cls: type) -> None:
+        if self._removed or cls in self.handles or "step" not in vars(cls):
+            return
+        if join_point_of(vars(cls)["step"]) is not None:
+            return  # already hookable (@hw.hookable, or a weave of its own): left alone
+        self.handles[cls] = weave(cls, "step") if self.event == "step" else weave(cls, **{self.event: "step"})
+
+    def remove(self) -> None:
+        with _lock:
+            if self._removed:
+                return
+            self._removed = True
+            import torch.optim
+
+            base = torch.optim.Optimizer
+            if self._had_hook:
+                base.__init_subclass__ = self._old_hook  # type: ignore[method-assign]
+            else:
+                try:
+                    del base.__init_subclass__
+                except AttributeError:
+                    pass
+            for handle in reversed(list(self.handles.values())):
+                handle.remove()
+            self.handles.clear()
+            if self in _active:
+                _active.remove(self)
+
+    def __repr__(self) -> str:
+        state = "removed" if self._removed else f"{len(self.handles)} classes"
+        return f"<hookwrap.integrations.torch_optim.OptimizerWeave {self.event!r} {state}>"
+
+
+def _subclasses(cls: type) -> list[type]:
+    """``cls`` and its subclasses, each once, bases before subclasses."""
+    seen: dict[type, None] = {}
+    todo = [cls]
+    while todo:
+        klass = todo.pop(0)
+        if klass not in seen:
+            seen[klass] = None
+            todo.extend(type.__subclasses__(klass))
+    return list(seen)
+
+
+def weave_optimizers(event: str = "step") -> OptimizerWeave:
+    """Weave ``step`` of ``torch.optim.Optimizer`` and every subclass defining it, now
+    and as new subclasses are defined, as join point ``event`` (default ``"step"``,
+    the event ``StepTimer``, ``NanGuard``'s step count and ``ProgressBar`` use).
+    Imports torch.optim. Returns a handle; ``remove()`` undoes all of it."""
+    import torch.optim
+
+    with _lock:
+        if _active:
+            raise HookError(
+                f"weave_optimizers(): torch.optim is already woven ({_active[0]!r}); "
+                f"remove() that handle first, or register on the join points it made."
+            )
+        base = torch.optim.Optimizer
+        woven = OptimizerWeave(event)
+        try:
+            for cls in _subclasses(base):
+                woven._weave_class(cls)
+        except BaseException:
+            woven._removed = False
+            woven.remove()
+            raise
+        woven._had_hook = "__init_subclass__" in vars(base)
+        woven._old_hook = vars(base).get("__init_subclass__")
+        old = woven._old_hook
+
+        def __init_subclass__(cls: type, **kwargs: Any) -> None:
+            if old is not None:
+                old.__get__(None, cls)(**kwargs)
+            else:
+                super(base, cls).__init_subclass__(**kwargs)  # type: ignore[misc]
+            woven._weave_class(cls)
+
+        base.__init_subclass__ = classmethod(__init_subclass__)  # type: ignore[arg-type, assignment, method-assign]
+        _active.append(woven)
+        return woven

@@ -1,0 +1,444 @@
+"""``hookwrap run``: run a training script you cannot edit, with weaves and callbacks
+applied from outside.
+
+    hookwrap run [--preset NAME]... [--weave [EVENT=]MODULE:ATTR]... [--callback EXPR]...
+                 script.py [args...]
+
+The script runs as ``python script.py args`` (and ``python -m cProfile``) runs it:
+``sys.argv`` is ``[script.py, args...]``, ``__name__ == "__main__"`` (its module is
+``sys.modules["__main__"]`` while it runs, so what it pickles pickles), its
+directory comes first on ``sys.path``, and its exit status is kept (``sys.exit``
+codes; an uncaught exception prints its traceback and exits 1).
+
+``--weave`` targets:
+
+* ``MODULE:FUNCTION`` and ``MODULE:CLASS.METHOD`` (``CLASS.INNER.METHOD``): the
+  module is imported before the script runs, and woven there.
+* ``__main__:NAME`` / ``__main__:CLASS.METHOD`` (or ``:NAME``; or the script's own
+  module name): the script's functions and classes. They exist only once the
+  script defines them, so the script is compiled with a weave right after the
+  top-level statement that last binds ``NAME`` (a ``def``, ``class``, import or
+  assignment); the line numbers of tracebacks are the script's own.
+* ``EVENT=`` names the join point (``epoch=__main__:train``); by default it is
+  the attribute's name.
+
+``--callback EXPR`` is evaluated with ``hw`` (hookwrap) and every name of
+``hookwrap.torch`` in scope, and registered on the global tier once every weave
+has been applied (before the script runs, or when the script has defined the
+last of its own targets). Bad input exits with status 2 and a message naming it
+and the fix, before the script runs wherever that can be known.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.machinery
+import importlib.util
+import os
+import re
+import sys
+import traceback
+from dataclasses import dataclass, field
+from types import CodeType, ModuleType, TracebackType
+from typing import Any, Sequence
+
+from .errors import HookError, UnknownEventError, closest
+
+__all__ = ["BadInput", "Runner", "WeaveTarget", "parse_weave", "run"]
+
+PROG = "hookwrap run"
+MAIN_ALIASES = ("__main__", "")
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+_DOTTED = rf"{_IDENT}(?:\.{_IDENT})*"
+_WEAVE = re.compile(rf"(?:(?P<event>{_IDENT})=)?(?P<module>{_DOTTED}|)(?::(?P<attr>{_DOTTED}))?")
+
+
+class BadInput(SystemExit):
+    """Bad input to ``hookwrap run``: exits with status 2 after printing ``message``.
+    A ``SystemExit``, so a script's ``except Exception`` does not swallow it when it is
+    found inside the run (a script target that turned out not to be weavable)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(2)
+        self.message = message
+
+
+@dataclass
+class WeaveTarget:
+    """One ``--weave``: ``event`` (None: the attribute's name), ``module`` (``__main__``
+    for the script), the ``path`` to its container inside the module (empty: the
+    module itself) and the attribute woven."""
+
+    spec: str
+    event: str | None
+    module: str
+    path: list[str]
+    attr: str
+
+    @property
+    def in_script(self) -> bool:
+        return self.module == "__main__"
+
+    @property
+    def top_name(self) -> str:
+        """The top-level name of the script that must exist for this weave."""
+        return (self.path or [self.attr])[0]
+
+
+def parse_weave(spec: str) -> WeaveTarget:
+    match = _WEAVE.fullmatch(spec.strip())
+    if match is None or match["attr"] is None:
+        raise BadInput(
+            f"{PROG}: --weave {spec!r}: not a target. Write MODULE:FUNCTION or MODULE:CLASS.METHOD, "
+            f"optionally EVENT= first (--weave loss=torch.nn.functional:nll_loss, "
+            f"--weave epoch=__main__:train for the script's own function)."
+        )
+    module = match["module"]
+    if module in MAIN_ALIASES:
+        module = "__main__"
+    *path, attr = match["attr"].split(".")
+    return WeaveTarget(spec, match["event"], module, path, attr)
+
+
+@dataclass
+class Runner:
+    """One ``hookwrap run``: what it applied, so that it can undo it all."""
+
+    script: str
+    args: list[str]
+    presets: list[str] = field(default_factory=list)
+    weaves: list[WeaveTarget] = field(default_factory=list)
+    callback_exprs: list[str] = field(default_factory=list)
+    handles: list[Any] = field(default_factory=list)  # weaves and registrations, to remove
+    callbacks: list[Any] = field(default_factory=list)
+    module: ModuleType | None = None
+    _pending_script: dict[str, list[WeaveTarget]] = field(default_factory=dict)
+    _registered = False
+
+    # --- before the script -------------------------------------------------------
+
+    def prepare(self) -> CodeType:
+        """Check everything that can be checked, apply presets and module weaves,
+        evaluate the callbacks; returns the script's code, instrumented."""
+        path = self.script
+        if not os.path.isfile(path):
+            raise BadInput(f"{PROG}: {path!r}: no such file. Give the path of the script to run.")
+        with open(path, "rb") as f:
+            source = f.read()
+        try:
+            tree = ast.parse(source, path)
+        except SyntaxError:
+            raise  # reported like python would, as the script's own error
+        self._alias_script_module()
+        for target in self.weaves:
+            if target.in_script:
+                self._pending_script.setdefault(target.top_name, []).append(target)
+        positions = _last_bindings(tree, set(self._pending_script))
+        missing = sorted(set(self._pending_script) - set(positions))
+        if missing:
+            defined = sorted(_top_level_names(tree))
+            spec = self._pending_script[missing[0]][0].spec
+            raise BadInput(
+                f"{PROG}: --weave {spec!r}: {os.path.basename(path)} never defines {missing[0]!r} at its "
+                f"top level.{closest(missing[0], defined)} Its top-level names: "
+                f"{', '.join(defined) or '(none)'}. Weave one of those, or the module that defines it "
+                f"(MODULE:NAME)."
+            )
+        self._apply_presets()
+        for target in self.weaves:
+            if not target.in_script:
+                self._apply_module_weave(target)
+        self.callbacks = [self._evaluate(expr) for expr in self.callback_exprs]
+        if not self._pending_script:
+            self._register_callbacks()
+        _inject(tree, positions)
+        # Named by its absolute path, as __file__ is: tracebacks find the source after a chdir.
+        return compile(tree, os.path.abspath(path), "exec", dont_inherit=True)
+
+    def _alias_script_module(self) -> None:
+        """``--weave train:fn`` where ``train`` is the script itself: its ``__main__``."""
+        script = os.path.realpath(self.script)
+        stem = os.path.splitext(os.path.basename(script))[0]
+        for target in self.weaves:
+            if target.module == stem:
+                try:
+                    spec = importlib.util.find_spec(stem)
+                except (ImportError, ValueError):
+                    continue
+                if spec is not None and spec.origin and os.path.realpath(spec.origin) == script:
+                    target.module = "__main__"
+
+    def _apply_presets(self) -> None:
+        from .integrations import PRESETS
+
+        for name in self.presets:
+            key = name.replace("-", "_")
+            if key not in PRESETS:
+                raise BadInput(
+                    f"{PROG}: --preset {name!r}: no such preset.{closest(key, list(PRESETS))} "
+                    f"Presets: {', '.join(sorted(PRESETS))}. Or weave what you need with --weave."
+                )
+            module_name, _, function = PRESETS[key].partition(":")
+            try:
+                apply = getattr(importlib.import_module(module_name), function)
+            except ImportError as exc:
+                raise BadInput(f"{PROG}: --preset {name!r} needs {exc.name or exc}: install it "
+                               f"(pip install 'hookwrap[torch]' torch).") from None
+            try:
+                self.handles.append(apply())
+            except HookError as exc:
+                raise BadInput(f"{PROG}: --preset {name!r}: {exc}") from None
+
+    def _apply_module_weave(self, target: WeaveTarget) -> None:
+        try:
+            module = importlib.import_module(target.module)
+        except ImportError as exc:
+            raise BadInput(
+                f"{PROG}: --weave {target.spec!r}: cannot import {target.module!r} ({exc}). Check the "
+                f"module name; for the script's own functions write __main__:NAME."
+            ) from None
+        self._weave(target, module)
+
+    def _weave(self, target: WeaveTarget, module: ModuleType) -> None:
+        from .weave import weave
+
+        container: Any = module
+        where = target.module
+        for part in target.path:
+            try:
+                container = getattr(container, part)
+            except AttributeError:
+                names = [n for n in dir(container) if not n.startswith("_")]
+                raise BadInput(
+                    f"{PROG}: --weave {target.spec!r}: {where} has no attribute {part!r}."
+                    f"{closest(part, names)} Name a class of it (MODULE:CLASS.METHOD)."
+                ) from None
+            where = f"{where}.{part}"
+        if not isinstance(container, (type, ModuleType)):
+            raise BadInput(
+                f"{PROG}: --weave {target.spec!r}: {where} is a {type(container).__name__}, not a class "
+                f"or module. Write MODULE:FUNCTION or MODULE:CLASS.METHOD."
+            )
+        try:
+            if target.event is None or target.event == target.attr:
+                handle = weave(container, target.attr)
+            else:
+                handle = weave(container, **{target.event: target.attr})
+        except HookError as exc:
+            raise BadInput(f"{PROG}: --weave {target.spec!r}: {exc}") from None
+        self.handles.append(handle)
+
+    def _evaluate(self, expr: Any) -> Any:
+        import hookwrap
+
+        from .callback import Callback
+
+        if not isinstance(expr, str):  # run(callbacks=[StepTimer()]): an object already
+            if isinstance(expr, Callback) or (isinstance(expr, tuple) and len(expr) == 2):
+                return expr
+            raise BadInput(f"{PROG}: callback {expr!r} is not a hookwrap.Callback or an ('event', fn) pair.")
+
+        scope: dict[str, Any] = {"hw": hookwrap, "hookwrap": hookwrap}
+        try:
+            import hookwrap.torch as shipped
+
+            scope.update((name, getattr(shipped, name)) for name in shipped.__all__)
+        except ImportError:
+            pass  # without torch: only hw.* and the user's own expressions
+        try:
+            value = eval(compile(expr, f"--callback {expr}", "eval"), scope)  # noqa: S307 - the user's own
+        except Exception as exc:
+            names = sorted(n for n in scope if not n.startswith("_"))
+            hint = ""
+            if isinstance(exc, NameError) and exc.name:
+                hint = closest(exc.name, names)
+            raise BadInput(
+                f"{PROG}: --callback {expr!r}: {type(exc).__name__}: {str(exc).rstrip('.')}.{hint} Give a Python expression "
+                f"making a callback, with these names in scope: {', '.join(names)} "
+                f"(--callback \"NanGuard(events='loss')\")."
+            ) from None
+        if isinstance(value, type) and issubclass(value, Callback):
+            try:
+                value = value()
+            except TypeError as exc:
+                raise BadInput(f"{PROG}: --callback {expr!r}: {exc}; call it with its arguments.") from None
+        if not isinstance(value, Callback) and not (isinstance(value, tuple) and len(value) == 2):
+            raise BadInput(
+                f"{PROG}: --callback {expr!r} is a {type(value).__name__}, not a callback. Give a "
+                f"hookwrap.Callback (StepTimer(), NanGuard(events='loss')) or an ('event', fn) pair."
+            )
+        return value
+
+    def _register_callbacks(self) -> None:
+        from .callback import register_global_callback
+
+        self._registered = True
+        for expr, cb in zip(self.callback_exprs, self.callbacks):
+            try:
+                self.handles.append(register_global_callback(cb))
+            except UnknownEventError as exc:
+                raise BadInput(
+                    f"{PROG}: --callback {expr!r}: {exc} Make the join points it needs with "
+                    f"--weave EVENT=MODULE:ATTR or --preset torch_optim."
+                ) from None
+            except HookError as exc:
+                raise BadInput(f"{PROG}: --callback {expr!r}: {exc}") from None
+
+    # --- while the script runs ---------------------------------------------------
+
+    def defined(self, name: str) -> None:
+        """Called by the instrumented script right after it last binds ``name``."""
+        assert self.module is not None
+        for target in self._pending_script.pop(name, []):
+            self._weave(target, self.module)
+        if not self._pending_script and not self._registered:
+            self._register_callbacks()
+
+    # --- after ----------------------------------------------------------------------
+
+    def undo(self) -> None:
+        for handle in reversed(self.handles):
+            handle.remove()
+        self.handles.clear()
+
+    def summary(self) -> list[str]:
+        """A line for each callback that measured something (printed to stderr)."""
+        lines = []
+        for cb in self.callbacks:
+            count = getattr(cb, "count", None)
+            median = getattr(cb, "median", None)
+            if isinstance(count, int) and callable(median):  # StepTimer
+                lines.append(f"{PROG}: {type(cb).__name__}: {count} steps, median "
+                             f"{median() * 1e3:.3f} ms, mean {cb.mean() * 1e3:.3f} ms")
+        return lines
+
+
+def _top_level_names(tree: ast.Module) -> set[str]:
+    return {name for stmt in tree.body for name in _bound_names(stmt)}
+
+
+def _bound_names(stmt: ast.stmt) -> list[str]:
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [stmt.name]
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        return [(a.asname or a.name).split(".")[0] for a in stmt.names if a.name != "*"]
+    targets: list[ast.expr] = []
+    if isinstance(stmt, ast.Assign):
+        targets = stmt.targets
+    elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+        targets = [stmt.target]
+    names = []
+    for target in targets:
+        for node in ast.walk(target):
+            if isinstance(node, ast.Name):
+                names.append(node.id)
+    return names
+
+
+def _last_bindings(tree: ast.Module, wanted: set[str]) -> dict[str, int]:
+    """name -> index of the top-level statement that binds it last."""
+    found: dict[str, int] = {}
+    for i, stmt in enumerate(tree.body):
+        for name in _bound_names(stmt):
+            if name in wanted:
+                found[name] = i
+    return found
+
+
+def _inject(tree: ast.Module, positions: dict[str, int]) -> None:
+    """After each statement of ``positions``: ``<runner>.defined(name)``, on that
+    statement's last line (other lines keep their numbers)."""
+    by_index: dict[int, list[str]] = {}
+    for name, index in positions.items():
+        by_index.setdefault(index, []).append(name)
+    for index in sorted(by_index, reverse=True):
+        stmt = tree.body[index]
+        line = stmt.end_lineno or stmt.lineno
+        for name in sorted(by_index[index], reverse=True):
+            call = ast.parse(
+                f"__import__('hookwrap.script_runner', None, None, ['_defined'])._defined({name!r})"
+            ).body[0]
+            for node in ast.walk(call):
+                if hasattr(node, "lineno"):
+                    node.lineno = node.end_lineno = line  # type: ignore[attr-defined]
+                    node.col_offset = node.end_col_offset = 0  # type: ignore[attr-defined]
+            tree.body.insert(index + 1, call)
+
+
+_active: list[Runner] = []
+
+
+def _defined(name: str) -> None:
+    _active[-1].defined(name)
+
+
+def _script_traceback(tb: TracebackType | None) -> TracebackType | None:
+    """The traceback from the script's first frame on (this module's frames dropped)."""
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    return tb
+
+
+def run(script: str, args: Sequence[str] = (), presets: Sequence[str] = (), weaves: Sequence[str] = (),
+        callbacks: Sequence[Any] = ()) -> int:
+    """Run ``script`` with ``args`` as ``python script.py args`` would, with the presets,
+    weaves and callbacks applied, then undo them all; returns the exit status (the
+    script's ``sys.exit`` code; 1 after printing an uncaught exception; 2 for bad
+    input, printed to stderr). ``callbacks`` are ``--callback`` expressions, or
+    callback objects (``Callback`` instances, ``("event", fn)`` pairs)."""
+    runner = Runner(script, list(args), list(presets), [], list(callbacks))
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    saved_main = sys.modules.get("__main__")
+    _active.append(runner)
+    path = os.path.abspath(script)
+    try:
+        # As the script will see them, before anything is imported: a module woven
+        # with --weave may sit beside the script.
+        sys.argv[:] = [script, *args]
+        sys.path.insert(0, os.path.dirname(path))
+        try:
+            runner.weaves = [parse_weave(spec) for spec in weaves]
+            code = runner.prepare()
+        except BadInput as bad:
+            print(bad.message, file=sys.stderr)
+            return 2
+        module = runner.module = ModuleType("__main__")
+        spec = importlib.machinery.ModuleSpec("__main__", None, origin=path)
+        vars(module).update(__file__=path, __spec__=spec, __package__=None, __cached__=None,
+                            __loader__=None)
+        sys.modules["__main__"] = module
+        try:
+            exec(code, vars(module))
+        except BadInput as bad:
+            print(bad.message, file=sys.stderr)
+            return 2
+        except SystemExit as exc:
+            return _exit_status(exc)
+        except Exception as exc:
+            tb = _script_traceback(exc.__traceback__)
+            sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+            return 1
+        return 0
+    finally:
+        _active.remove(runner)
+        if runner.module is not None:
+            for line in runner.summary():
+                print(line, file=sys.stderr)
+        runner.undo()
+        sys.argv[:] = saved_argv
+        sys.path[:] = saved_path
+        if saved_main is not None:
+            sys.modules["__main__"] = saved_main
+
+
+def _exit_status(exc: SystemExit) -> int:
+    """As the interpreter exits for ``SystemExit(code)``: None 0, an int itself,
+    anything else printed to stderr and 1."""
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1

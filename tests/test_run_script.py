@@ -1,0 +1,226 @@
+"""``hookwrap run``: a training script nobody edits, run with weaves and callbacks
+applied from outside. ``tests/scripts/mnist_style.py`` is a pytorch/examples
+MNIST-style script (module-level ``train``/``test``, argparse, an LR scheduler) on
+synthetic data: 640 samples in batches of 64 (10 optimizer steps an epoch), 256
+test samples in one batch."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="needs the torch extra")
+
+SCRIPT = Path(__file__).parent / "scripts" / "mnist_style.py"
+STEPS_PER_EPOCH = 10  # 640 / 64
+WEAVES = ["epoch=__main__:train", "evaluate=__main__:test", "loss=torch.nn.functional:nll_loss"]
+
+
+def _runner(hw: Any) -> Any:
+    return importlib.import_module("hookwrap.script_runner")
+
+
+def _hookwrap_run(hw: Any, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m hookwrap run ...`` in a fresh process, on the fixture's dispatch."""
+    env = dict(os.environ, HOOKWRAP_NO_EXTENSIONS="" if hw.USING_EXTENSION else "1")
+    return subprocess.run([sys.executable, "-m", "hookwrap", "run", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _state() -> dict[str, Any]:
+    """What a run must leave as it found it."""
+    import torch.nn.functional as F
+
+    return {"nll_loss": F.nll_loss, "argv": sys.argv[:], "path": sys.path[:], "main": sys.modules["__main__"],
+            "steps": {c: vars(c).get("step") for c in (torch.optim.Optimizer, torch.optim.Adadelta, torch.optim.SGD)},
+            "init_subclass": "__init_subclass__" in vars(torch.optim.Optimizer)}
+
+
+# --- in this process: exact counts -------------------------------------------------
+
+
+def test_counts_every_step_epoch_evaluation_and_loss_and_restores_everything(hw, capsys):
+    counts = {"step": 0, "epoch": 0, "evaluate": [], "loss": 0, "lr": []}
+
+    class Counter(hw.Callback):
+        def pre_step(self, optimizer: Any) -> None:
+            counts["step"] += 1
+            counts["lr"].append(optimizer.param_groups[0]["lr"])
+
+        def post_epoch(self) -> None:  # a plain function join point: no object
+            counts["epoch"] += 1
+
+        def post_evaluate(self, return_value: float) -> float:
+            counts["evaluate"].append(return_value)
+            return return_value
+
+        def post_loss(self) -> None:
+            counts["loss"] += 1
+
+    before = _state()
+    status = _runner(hw).run(str(SCRIPT), ["--epochs", "3", "--gamma", "0.5"], presets=["torch_optim"],
+                             weaves=WEAVES, callbacks=[Counter()])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert counts["step"] == 3 * STEPS_PER_EPOCH == 30
+    assert counts["epoch"] == 3
+    assert len(counts["evaluate"]) == 3 and out.count("Test set: Average loss") == 3
+    assert [f"{v:.4f}" for v in counts["evaluate"]] == [
+        line.split("Average loss: ")[1].split(",")[0] for line in out.splitlines() if "Average loss" in line]
+    assert counts["loss"] == 30 + 3  # each training batch, and the one test batch an epoch
+    assert counts["lr"] == [1.0] * 10 + [0.5] * 10 + [0.25] * 10  # the scheduler ran, once per epoch
+    assert _state() == before
+
+
+def test_a_class_of_the_script_is_woven_when_the_script_defines_it(hw, capsys):
+    forwards = []
+    status = _runner(hw).run(str(SCRIPT), ["--epochs", "2"], weaves=["__main__:Net.forward"],
+                             callbacks=[("post-forward", lambda self, return_value: forwards.append(
+                                 (type(self).__name__, tuple(return_value.shape))) or return_value)])
+    assert status == 0
+    assert forwards == ([("Net", (64, 4))] * STEPS_PER_EPOCH + [("Net", (256, 4))]) * 2
+
+
+def test_step_timer_counts_optimizer_steps(hw, capsys):
+    from hookwrap.torch import StepTimer
+
+    timer = StepTimer()
+    assert _runner(hw).run(str(SCRIPT), ["--epochs", "2", "--batch-size", "32"], presets=["torch-optim"],
+                           callbacks=[timer]) == 0
+    assert timer.count == 2 * 20 and all(t > 0 for t in timer.times)
+    assert f"hookwrap run: StepTimer: 40 steps, median" in capsys.readouterr().err
+
+
+def test_nan_guard_stops_the_run_naming_the_step(hw, capsys):
+    status = _runner(hw).run(str(SCRIPT), ["--epochs", "2", "--lr", "1e30"], presets=["torch_optim"],
+                             weaves=WEAVES, callbacks=["NanGuard(events='loss')"])
+    captured = capsys.readouterr()
+    assert status == 1
+    assert "NonFiniteError: NanGuard: event 'post-loss' returned nan at step 1 " in captured.err
+    assert 'mnist_style.py", line' in captured.err and "script_runner.py" not in captured.err
+    assert "Test set" not in captured.out  # stopped in the first epoch
+
+
+# --- how the script runs ---------------------------------------------------------------
+
+
+def _script(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "probe.py"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def test_argv_main_path_pickling_and_exit_codes(hw, tmp_path, capsys):
+    probe = _script(tmp_path, """
+        import pickle, sys
+        class Point:
+            pass
+        print(sys.argv[1:], __name__, sys.path[0], __file__ == sys.argv[0] or __file__)
+        pickle.loads(pickle.dumps(Point()))  # a class of the script pickles by reference
+        if sys.argv[1] == "exit":
+            sys.exit(int(sys.argv[2]) if sys.argv[2].isdigit() else sys.argv[2])
+        if sys.argv[1] == "raise":
+            raise ValueError("boom")
+    """)
+    run = _runner(hw).run
+    assert run(str(probe), ["ok", "--epochs", "3", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out == f"['ok', '--epochs', '3', '--help'] __main__ {tmp_path} True\n"
+    assert run(str(probe), ["exit", "7"]) == 7
+    assert run(str(probe), ["exit", "0"]) == 0
+    assert run(str(probe), ["exit", "stopped by the script"]) == 1
+    assert "stopped by the script" in capsys.readouterr().err
+    assert run(str(probe), ["raise"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):\n") and err.endswith("ValueError: boom\n")
+    assert "script_runner" not in err and "probe.py\", line 10, in <module>" in err
+
+
+def test_a_module_beside_the_script_and_the_script_by_its_module_name(hw, tmp_path, capsys):
+    (tmp_path / "helper.py").write_text("def double(x):\n    return 2 * x\n")
+    probe = _script(tmp_path, """
+        import helper
+        def total(n):
+            return sum(helper.double(i) for i in range(n))
+        print(total(4))
+    """)
+    seen = []
+    status = _runner(hw).run(str(probe), [], weaves=["helper:double", "probe:total"], callbacks=[
+        ("post-double", lambda return_value: seen.append(("double", return_value)) or return_value),
+        ("post-total", lambda return_value: seen.append(("total", return_value)) or return_value)])
+    assert status == 0 and capsys.readouterr().out == "12\n"
+    assert seen == [("double", 0), ("double", 2), ("double", 4), ("double", 6), ("total", 12)]
+    assert hw._dispatch.join_point_of(sys.modules["helper"].double) is None  # un-woven after the run
+    del sys.modules["helper"]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"presets": ["torch_optimm"]},
+     "--preset 'torch_optimm': no such preset. Did you mean 'torch_optim'? Presets: torch_optim."),
+    ({"weaves": ["epoch=__main__:trian"]},
+     "--weave 'epoch=__main__:trian': mnist_style.py never defines 'trian' at its top level. "
+     "Did you mean 'train'?"),
+    ({"weaves": ["loss=torch.nn.functional:nll_los"]}, "has no attribute 'nll_los' to weave. Did you mean 'nll_loss'"),
+    ({"weaves": ["no_such_module_xyz:fit"]}, "--weave 'no_such_module_xyz:fit': cannot import 'no_such_module_xyz'"),
+    ({"weaves": ["__main__:Net.fowrard"]}, "it has no attribute 'fowrard' to weave. Did you mean 'forward'"),
+    ({"weaves": ["loss=torch.nn.functional"]}, "not a target. Write MODULE:FUNCTION or MODULE:CLASS.METHOD"),
+    ({"callbacks": ["StepTimr()"]}, "--callback 'StepTimr()': NameError: name 'StepTimr' is not defined. "
+                                    "Did you mean 'StepTimer'?"),
+    ({"callbacks": ["NanGuard(events='loss'"]}, "--callback \"NanGuard(events='loss'\": SyntaxError"),
+    ({"callbacks": ["42"]}, "--callback '42' is a int, not a callback."),
+    ({"callbacks": ["StepTimer(step_event='train_step')"]},
+     "Make the join points it needs with --weave EVENT=MODULE:ATTR or --preset torch_optim."),
+    ({"presets": ["torch_optim"], "callbacks": ["NanGuard(events='los')"]}, "--callback \"NanGuard(events='los')\""),
+])
+def test_bad_input_exits_2_naming_it_and_the_fix(hw, capsys, kwargs, message):
+    # (the message's middle is the core's own: "no join point 'train_step' exists", ...)
+    before = _state()
+    assert _runner(hw).run(str(SCRIPT), ["--epochs", "1"], **kwargs) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # the script never ran
+    assert captured.err.startswith("hookwrap run: ") and message in captured.err, captured.err
+    assert _state() == before
+
+
+def test_a_missing_script_exits_2(hw, tmp_path, capsys):
+    assert _runner(hw).run(str(tmp_path / "nope.py"), []) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+# --- the command line, in a fresh process ---------------------------------------------------
+
+
+def test_cli_nan_guard_exits_non_zero_naming_the_step(hw, tmp_path):
+    result = _hookwrap_run(hw, "--preset", "torch_optim", *[f"--weave={w}" for w in WEAVES],
+                           "--callback", "NanGuard(events='loss')", str(SCRIPT), "--epochs", "2", "--lr", "1e30",
+                           cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert "Train Epoch: 1 [0/640 (0%)]" in result.stdout
+    assert "NanGuard: event 'post-loss' returned nan at step 1 " in result.stderr
+
+
+def test_cli_step_timer_and_progress_bar_with_argv_passed_through(hw, tmp_path):
+    result = _hookwrap_run(hw, "--preset", "torch_optim", "--weave", "epoch=__main__:train",
+                           "--callback", "StepTimer()", "--callback", "ProgressBar(total=10, ncols=80)",
+                           str(SCRIPT), "--epochs", "2", "--log-interval", "5", "--save-model", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("Train Epoch:") == 2 * 2 and result.stdout.count("Test set") == 2
+    assert "hookwrap run: StepTimer: 20 steps, median " in result.stderr
+    assert "epoch 2: 100%" in result.stderr and "10/10" in result.stderr
+    assert (tmp_path / "mnist_mlp.pt").exists()  # the script's own cwd-relative output
+
+
+def test_cli_exit_code_of_the_script_is_kept(hw, tmp_path):
+    result = _hookwrap_run(hw, "--preset", "torch_optim", str(SCRIPT), "--epochs", "1",
+                           "--max-test-loss", "0.0", cwd=tmp_path)
+    assert result.returncode == 3 and "is above 0.0" in result.stderr
+    bad = _hookwrap_run(hw, "--preset", "adam", str(SCRIPT), cwd=tmp_path)
+    assert bad.returncode == 2 and "hookwrap run: --preset 'adam': no such preset." in bad.stderr
