@@ -104,7 +104,7 @@ def test_nan_guard_stops_the_run_naming_the_step(hw, capsys):
                              weaves=WEAVES, callbacks=["NanGuard(events='loss')"])
     captured = capsys.readouterr()
     assert status == 1
-    assert "NonFiniteError: NanGuard: event 'post-loss' returned nan at step 1 " in captured.err
+    assert "NonFiniteError: NanGuard: event 'post-loss' returned nan at step 1. " in captured.err
     assert 'mnist_style.py", line' in captured.err and "script_runner.py" not in captured.err
     assert "Test set" not in captured.out  # stopped in the first epoch
 
@@ -204,7 +204,7 @@ def test_cli_nan_guard_exits_non_zero_naming_the_step(hw, tmp_path):
                            cwd=tmp_path)
     assert result.returncode == 1, result.stderr
     assert "Train Epoch: 1 [0/640 (0%)]" in result.stdout
-    assert "NanGuard: event 'post-loss' returned nan at step 1 " in result.stderr
+    assert "NanGuard: event 'post-loss' returned nan at step 1. " in result.stderr
 
 
 def test_cli_step_timer_and_progress_bar_with_argv_passed_through(hw, tmp_path):
