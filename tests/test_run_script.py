@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 import os
 import pickle
+import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -224,3 +226,32 @@ def test_cli_exit_code_of_the_script_is_kept(hw, tmp_path):
     assert result.returncode == 3 and "is above 0.0" in result.stderr
     bad = _hookwrap_run(hw, "--preset", "adam", str(SCRIPT), cwd=tmp_path)
     assert bad.returncode == 2 and "hookwrap run: --preset 'adam': no such preset." in bad.stderr
+
+
+# --- the README's commands, as written, on the MNIST-style script as train.py ---------------
+
+_README = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+_SECTION = _README[_README.index("### A script you cannot edit: `hookwrap run`"):]
+_SECTION = _SECTION[:_SECTION.index("\n## ")]
+README_RUNS = re.findall(r"```bash\n(hookwrap run .*?)\n```\n\n```text\n(.*?)```", _SECTION, flags=re.S)
+
+
+def test_readme_shows_hookwrap_run_commands():
+    assert len(README_RUNS) == 2
+
+
+@pytest.mark.parametrize("index", range(len(README_RUNS)))
+def test_readme_hookwrap_run_command_runs_as_shown(hw, tmp_path, index):
+    command, shown = README_RUNS[index]
+    shutil.copy(SCRIPT, tmp_path / "train.py")
+    env = dict(os.environ, HOOKWRAP_NO_EXTENSIONS="" if hw.USING_EXTENSION else "1",
+               PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
+    result = subprocess.run(["bash", "-c", command.replace("\\\n", " ")], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=300)
+    out = result.stdout + result.stderr
+    # Timings and progress-bar rates differ from run to run; every other line shown is printed.
+    for line in shown.splitlines():
+        if line.strip() and not re.search(r"it/s|ms|^\s*\.\.\.|File |^\s+\S", line):
+            assert line.split("(...)")[0] in out, (line, out[-3000:])
+    if "exit status" not in shown:
+        assert result.returncode == 0, out[-3000:]
