@@ -75,17 +75,19 @@ class Planner:
                 record: Any = function_record(jp)
             else:
                 record = class_record(tp)
+                if not fires(jp, tp):
+                    # A super() call, or a call that began before weave's remove()
+                    # restored the method: nothing of this join point runs for tp.
+                    chain = record.chains[jp] = Chain(tp, False, (), ())
+                    note_planned(jp)
+                    return chain
                 if not record.checked:
                     check_class_tier(tp)
                     record.checked = True
             chain = record.chains.get(jp)
             if chain is not None and chain.valid and chain.tp is tp:
                 return chain
-            if fires(jp, tp):
-                chain = _build(jp, tp, None, None)
-            else:
-                chain = Chain(tp, False, (), ())
-                note_planned(jp)
+            chain = _build(jp, tp, None, None)
             record.chains[jp] = chain
             return chain
 
