@@ -31,6 +31,7 @@ import threading
 from types import FunctionType
 from typing import Any, Callable
 
+from .._dispatch import join_point_of
 from .._registration import Removable
 from ..errors import HookError, StopTraining
 from ..weave import weave
@@ -148,6 +149,9 @@ def stage(handle: PresetHandle, cls: type, event: str, attr: str, *,
     fn = _raw(cls, attr, where)
     if not isinstance(fn, FunctionType):
         raise HookError(f"{where}: {cls.__qualname__}.{attr} is a {type(fn).__name__}, not a method.")
+    if join_point_of(fn) is not None:
+        raise HookError(f"{where}: {cls.__qualname__}.{attr} is already a join point (woven by a preset or "
+                        f"hookwrap.weave); remove that handle first, or weave once.")
     body = _body(fn)
     _set(handle, cls, attr, body)
     handle._undo.append(weave(cls, **{event: attr}).remove)
