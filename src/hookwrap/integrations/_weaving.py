@@ -187,9 +187,21 @@ def stage(handle: PresetHandle, cls: type, event: str, attr: str, *,
                 if not _running[id(self)]:
                     del _running[id(self)]
 
+    outer.__wrapped__ = _shim(fn, woven)  # type: ignore[attr-defined]
     _set(handle, cls, attr, outer)
     handle.events[event] = f"{cls.__qualname__}.{attr}"
     return body
+
+
+def _shim(fn: FunctionType, woven: Any) -> FunctionType:
+    """What the outer wrapper's ``__wrapped__`` is: a copy of the original (its
+    ``__code__``, for code-identity checks that unwrap one level, as Lightning's
+    ``is_overridden`` does) whose own ``__wrapped__`` leads on to the join point."""
+    shim = FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    functools.update_wrapper(shim, fn)
+    shim.__kwdefaults__ = fn.__kwdefaults__
+    shim.__wrapped__ = woven  # type: ignore[attr-defined]
+    return shim
 
 
 def routed(handle: PresetHandle, host: type, event: str, cls: type, attr: str,
