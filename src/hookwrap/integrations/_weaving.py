@@ -19,8 +19,9 @@ object the callbacks attach to (the trainer, the module), named ``hookwrap_<even
 on its class, so one ``hw.add_callback(trainer, cb)`` reaches every event and a
 callback reads ``trainer.model`` and ``trainer.optimizer``.
 
-A StopTraining is caught only while the owner's ``fit`` stage runs: outside a run
-(``trainer.evaluate()`` called alone) there is nothing to stop, so it propagates.
+The stop functions of the trainers act only while the owner's ``fit`` stage runs
+(``running(owner)``): outside a run (``trainer.evaluate()`` called alone) there is
+nothing to stop, so the StopTraining propagates.
 """
 
 from __future__ import annotations
@@ -142,7 +143,7 @@ def stage(handle: PresetHandle, cls: type, event: str, attr: str, *,
           stop: Callable[[Any, StopTraining], bool] | None = None, fit: bool = False,
           within: Callable[..., Any] | None = None) -> Callable[..., Any]:
     """Make ``cls.attr`` join point ``event``. ``stop(owner, exc)`` asks the framework
-    to stop (False: it cannot, the exception propagates). ``fit``: this stage is the run.
+    to stop (False: it cannot, as outside a run; the exception propagates). ``fit``: this stage is the run.
     ``within``: fire only while that stage (as returned by ``stage``) runs in this
     thread; other calls run the original without callbacks. Returns the stage's body."""
     where = f"hookwrap.integrations: {handle.description}"
@@ -171,7 +172,7 @@ def stage(handle: PresetHandle, cls: type, event: str, attr: str, *,
         try:
             return woven(self, *args, **kwargs)
         except StopTraining as exc:
-            if stop is None or not running(self) or not stop(self, exc):
+            if stop is None or not stop(self, exc):
                 raise
             handle.stopped = exc
             if slot[1] is _DONE:

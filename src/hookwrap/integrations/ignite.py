@@ -35,7 +35,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import StopTraining
-from ._weaving import PresetHandle, _raw, _set, current_run, routed, stage, target_class
+from ._weaving import PresetHandle, running, _raw, _set, current_run, routed, stage, target_class
 
 __all__ = ["weave"]
 
@@ -59,6 +59,8 @@ def weave(engine: Any = None) -> PresetHandle:
     handle = PresetHandle(f"ignite {cls.__qualname__}")
 
     def stop(owner: Any, exc: StopTraining) -> bool:
+        if not running(owner):
+            return False
         owner.terminate()
         return True
 

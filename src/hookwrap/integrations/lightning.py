@@ -36,7 +36,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import HookError, StopTraining
-from ._weaving import PresetHandle, routed, stage, target_class
+from ._weaving import PresetHandle, running, routed, stage, target_class
 
 __all__ = ["weave"]
 
@@ -55,6 +55,8 @@ def weave(module: Any) -> PresetHandle:
     handle = PresetHandle(f"lightning {cls.__qualname__}")
 
     def stop(owner: Any, exc: StopTraining) -> bool:
+        if not running(owner):
+            return False
         owner.trainer.should_stop = True
         return True
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import StopTraining
-from ._weaving import PresetHandle, current_run, routed, stage, target_class
+from ._weaving import PresetHandle, running, current_run, routed, stage, target_class
 
 __all__ = ["weave"]
 
@@ -53,6 +53,8 @@ def weave(trainer: Any = None) -> PresetHandle:
     handle = PresetHandle(f"transformers {cls.__qualname__}")
 
     def stop(owner: Any, exc: StopTraining) -> bool:
+        if not running(owner):
+            return False
         owner.control.should_training_stop = True
         return True
 
