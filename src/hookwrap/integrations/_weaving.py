@@ -188,7 +188,7 @@ def stage(handle: PresetHandle, cls: type, event: str, attr: str, *,
                 if not _running[id(self)]:
                     del _running[id(self)]
 
-    outer.__wrapped__ = _shim(fn, woven)  # type: ignore[attr-defined]
+    outer.__wrapped__ = _shim(fn, woven)
     _set(handle, cls, attr, outer)
     handle.events[event] = f"{cls.__qualname__}.{attr}"
     return body

@@ -45,7 +45,9 @@ def weave(module: Any) -> PresetHandle:
     """Weave your ``LightningModule`` subclass (or the class of ``module``, an instance).
     Returns a handle whose ``remove()`` restores everything."""
     import lightning.pytorch as pl
-    from lightning.pytorch.loops import _EvaluationLoop, _FitLoop, _TrainingEpochLoop
+    from lightning.pytorch.loops.evaluation_loop import _EvaluationLoop
+    from lightning.pytorch.loops.fit_loop import _FitLoop
+    from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
 
     where = "hookwrap.integrations.lightning.weave()"
     cls = target_class(module, pl.LightningModule, where, "your LightningModule subclass")
