@@ -21,7 +21,8 @@ callback reads ``trainer.model`` and ``trainer.optimizer``.
 
 The stop functions of the trainers act only while the owner's ``fit`` stage runs
 (``running(owner)``): outside a run (``trainer.evaluate()`` called alone) there is
-nothing to stop, so the StopTraining propagates.
+nothing to stop, so the StopTraining propagates. The ``fit`` stage itself catches
+none: a StopTraining from ``fit``'s own callbacks reaches the caller of ``fit``.
 """
 
 from __future__ import annotations

@@ -23,6 +23,9 @@ Events, all of the engine (pytorch-ignite 0.5):
                    ``BestCheckpoint`` attached to the trainer read
 =================  =====================================================================
 
+With ``Engine.interrupt_resume_enabled = False`` (ignite's legacy loop) there is no
+``epoch`` event: that loop runs ``_run_once_on_dataset_legacy``, which is not woven.
+
 ``hw.StopTraining`` raised by any callback during ``run`` calls ``engine.terminate()``,
 as ignite's own ``EarlyStopping`` handler does: the current iteration finishes, then
 the engine fires ``TERMINATE`` and ``COMPLETED`` and ``run`` returns its state.
