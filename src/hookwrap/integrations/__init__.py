@@ -26,8 +26,9 @@ import importlib
 from typing import Any, Callable
 
 from ..errors import HookError, closest
+from ._weaving import PresetHandle
 
-__all__ = ["PRESETS", "load"]
+__all__ = ["PRESETS", "PresetHandle", "load"]
 
 PRESETS: dict[str, str] = {
     "torch_optim": "hookwrap.integrations.torch_optim:weave_optimizers",
