@@ -179,3 +179,24 @@ def test_a_subclass_is_woven_and_bad_input_refused(hw, preset, tmp_path):
     with preset.weave():
         with pytest.raises(hw.HookError, match="already"):
             preset.weave()
+
+
+def test_every_shipped_callback_attaches_with_its_default_events(hw, preset, tmp_path):
+    import io
+
+    from hookwrap.torch import (BestCheckpoint, EarlyStopping, GradNorm, LRMonitor, MetricsLogger, NanGuard,
+                                ProgressBar, StepTimer)
+
+    with preset.weave():
+        trainer = tiny_trainer(tmp_path, steps=4, evaluate_every=2)
+        log = MetricsLogger(tmp_path / "metrics.csv", tensorboard=False)
+        bar = io.StringIO()
+        for cb in (ProgressBar(file=bar), log, StepTimer(), NanGuard(), GradNorm(logger=log), LRMonitor(logger=log),
+                   EarlyStopping("eval_loss", patience=5), BestCheckpoint(tmp_path / "best.pt", monitor="eval_loss")):
+            add_callback(hw, trainer, cb)
+        trainer.train()
+        rows = log.read()
+        names = [name for _, name, _ in rows]
+        assert names.count("loss") == 4 and names.count("grad_norm") == 4 and names.count("eval_loss") == 2
+        assert [step for step, name, _ in rows if name == "loss"] == [1, 2, 3, 4]
+        assert "epoch 1" in bar.getvalue() and (tmp_path / "best.pt").exists()
