@@ -19,11 +19,6 @@ def preset(hw: Any) -> Any:
     return importlib.import_module("hookwrap.integrations.accelerate")
 
 
-def add_callback(hw: Any, target: Any, cb: Any) -> Any:
-    add = getattr(hw, "add_callback", None) or importlib.import_module("hookwrap.callback").add_callback
-    return add(target, cb)
-
-
 def prepared(lr: float = 0.1) -> tuple[Any, Any, Any]:
     torch.manual_seed(0)
     accelerator = accelerate.Accelerator(cpu=True)
@@ -59,7 +54,7 @@ def test_nan_guard_checks_the_loss_passed_to_backward(hw, preset):
     with preset.weave():
         accelerator, model, optimizer = prepared()
         guard = NanGuard(events=("backward",))
-        add_callback(hw, accelerator, guard)
+        hw.add_callback(accelerator, guard)
         with pytest.raises(NonFiniteError, match="nan"):
             train(accelerator, model, optimizer, steps=5, nan_at=3)
         assert guard.checked == 3
@@ -72,8 +67,8 @@ def test_backward_and_optimizer_step_are_events_of_the_accelerator(hw, preset):
         accelerator, model, optimizer = prepared(lr=0.1)
         hw.before(accelerator, "backward", lambda self, loss: loss * 0.0)  # nothing is learned
         grads, lrs = GradNorm(model=model), LRMonitor(optimizer=optimizer)
-        add_callback(hw, accelerator, grads)
-        add_callback(hw, accelerator, lrs)
+        hw.add_callback(accelerator, grads)
+        hw.add_callback(accelerator, lrs)
         before = weights(model)
         assert train(accelerator, model, optimizer, steps=3) == 3
         assert torch.equal(weights(model), before)

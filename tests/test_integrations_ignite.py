@@ -20,11 +20,6 @@ def preset(hw: Any) -> Any:
     return importlib.import_module("hookwrap.integrations.ignite")
 
 
-def add_callback(hw: Any, target: Any, cb: Any) -> Any:
-    add = getattr(hw, "add_callback", None) or importlib.import_module("hookwrap.callback").add_callback
-    return add(target, cb)
-
-
 def data() -> Any:
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(32, 4, generator=g), torch.randn(32, 1, generator=g)
@@ -60,8 +55,8 @@ def test_early_stopping_on_the_evaluator_metrics_terminates(hw, preset):
         evaluations = []
         hw.after(trainer, "evaluate", lambda self, return_value: evaluations.append(return_value) or return_value)
         timer = StepTimer()
-        add_callback(hw, trainer, EarlyStopping("val_loss", patience=2))
-        add_callback(hw, trainer, timer)
+        hw.add_callback(trainer, EarlyStopping("val_loss", patience=2))
+        hw.add_callback(trainer, timer)
         state = trainer.run(data(), max_epochs=20)
         assert state.epoch == 3 and state.iteration == 12  # epochs 1 (best), 2, 3 (patience spent)
         assert counts == {Events.TERMINATE: 1, Events.COMPLETED: 1}  # ignite's own end of run
@@ -87,7 +82,7 @@ def test_the_update_function_is_the_step_join_point(hw, preset):
         assert Engine(update).run([torch.ones(2)], max_epochs=1).output == 2.0  # another engine: untouched
 
         poisoned = Engine(lambda engine, batch: float("nan") if engine.state.iteration == 3 else 1.0)
-        add_callback(hw, poisoned, NanGuard(events="step"))  # a shipped callback on step
+        hw.add_callback(poisoned, NanGuard(events="step"))  # a shipped callback on step
         with pytest.raises(NonFiniteError, match=r"'post-step' returned nan at step 3"):
             poisoned.run([0] * 4, max_epochs=2)
 

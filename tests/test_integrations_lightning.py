@@ -25,11 +25,6 @@ def preset(hw: Any) -> Any:
     return importlib.import_module("hookwrap.integrations.lightning")
 
 
-def add_callback(hw: Any, target: Any, cb: Any) -> Any:
-    add = getattr(hw, "add_callback", None) or importlib.import_module("hookwrap.callback").add_callback
-    return add(target, cb)
-
-
 class Module(pl.LightningModule):
     def __init__(self, lr: float = 0.0) -> None:
         super().__init__()
@@ -73,7 +68,7 @@ def test_early_stopping_sets_should_stop_and_fit_finishes(hw, preset):
         hw.after(module, "evaluate", lambda self, return_value: evaluations.append(dict(return_value)) or return_value)
         timer, grads = StepTimer(), GradNorm(model=module)
         for cb in (EarlyStopping("val_loss", patience=2), timer, grads):
-            add_callback(hw, module, cb)
+            hw.add_callback(module, cb)
         run = trainer(epochs=20)
         run.fit(module, loader(), loader())
         assert run.should_stop and run.state.status == pl.trainer.states.TrainerStatus.FINISHED
@@ -101,7 +96,7 @@ def test_loss_scaled_to_zero_learns_nothing_and_nan_guard_stops(hw, preset):
             return return_value * float("nan") if len(calls) == 6 else return_value
 
         hw.after(module, "loss", poison)
-        add_callback(hw, module, NanGuard())  # default events: loss, counted by step
+        hw.add_callback(module, NanGuard())  # default events: loss, counted by step
         with pytest.raises(NonFiniteError, match=r"'post-loss' returned nan at step 6"):
             trainer(epochs=3).fit(module, loader())
         assert len(calls) == 6
@@ -137,5 +132,7 @@ def test_remove_restores_and_bad_input_is_refused(hw, preset):
     trainer(epochs=1).fit(module, loader())  # un-woven: a plain run
     with pytest.raises(hw.HookError, match="pass your LightningModule subclass"):
         preset.weave(pl.LightningModule)
+    with pytest.raises(hw.HookError, match=r"weave\(MyModule\)"):
+        preset.weave()
     with pytest.raises(hw.HookError, match="expected your LightningModule subclass"):
         preset.weave(torch.nn.Linear)

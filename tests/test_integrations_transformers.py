@@ -19,11 +19,6 @@ def preset(hw: Any) -> Any:
     return importlib.import_module("hookwrap.integrations.transformers")
 
 
-def add_callback(hw: Any, target: Any, cb: Any) -> Any:
-    add = getattr(hw, "add_callback", None) or importlib.import_module("hookwrap.callback").add_callback
-    return add(target, cb)
-
-
 def tiny_trainer(tmp_path: Any, steps: int = 4, evaluate_every: int | None = None, cls: Any = None) -> Any:
     torch.manual_seed(0)
     config = hf.GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2,
@@ -81,7 +76,7 @@ def test_nan_guard_stops_on_a_nan_loss(hw, preset, tmp_path):
             return return_value * float("nan") if len(calls) == 3 else return_value
 
         hw.after(trainer, "loss", poison)
-        add_callback(hw, trainer, NanGuard())  # default events: loss, counted by step
+        hw.add_callback(trainer, NanGuard())  # default events: loss, counted by step
         with pytest.raises(NonFiniteError, match=r"'post-loss' returned nan at step 3"):
             trainer.train()
         assert len(calls) == 3
@@ -95,7 +90,7 @@ def test_early_stopping_ends_train_normally(hw, preset, tmp_path):
         stopper = EarlyStopping("eval_loss", patience=2, min_delta=100.0)  # never improves enough
         timer, grads, lrs = StepTimer(), GradNorm(), LRMonitor()
         for cb in (stopper, timer, grads, lrs):
-            add_callback(hw, trainer, cb)
+            hw.add_callback(trainer, cb)
         out = trainer.train()
         assert isinstance(out, hf.trainer_utils.TrainOutput)
         assert out.global_step == 3 < 20  # evaluations 1 (best), 2, 3 (patience 2 spent)
@@ -120,7 +115,7 @@ def test_best_checkpoint_restores_the_best_weights(hw, preset, tmp_path):
         hw.before(trainer, "step", record)
         hw.after(trainer, "fit", lambda self, return_value: record(self) or return_value)  # before the restore
         best = BestCheckpoint(tmp_path / "best.pt", monitor="eval_loss", restore_best=True)
-        add_callback(hw, trainer, best)
+        hw.add_callback(trainer, best)
         trainer.train()
         assert best.saved == 2 and best.best.value == 0.5 and best.best_step == 2
         assert torch.load(tmp_path / "best.pt", weights_only=True)["value"] == 0.5
@@ -193,7 +188,7 @@ def test_every_shipped_callback_attaches_with_its_default_events(hw, preset, tmp
         bar = io.StringIO()
         for cb in (ProgressBar(file=bar), log, StepTimer(), NanGuard(), GradNorm(logger=log), LRMonitor(logger=log),
                    EarlyStopping("eval_loss", patience=5), BestCheckpoint(tmp_path / "best.pt", monitor="eval_loss")):
-            add_callback(hw, trainer, cb)
+            hw.add_callback(trainer, cb)
         trainer.train()
         rows = log.read()
         names = [name for _, name, _ in rows]

@@ -41,7 +41,7 @@ from ._weaving import PresetHandle, running, routed, stage, target_class
 __all__ = ["weave"]
 
 
-def weave(module: Any) -> PresetHandle:
+def weave(module: Any = None) -> PresetHandle:
     """Weave your ``LightningModule`` subclass (or the class of ``module``, an instance).
     Returns a handle whose ``remove()`` restores everything."""
     import lightning.pytorch as pl
@@ -50,6 +50,9 @@ def weave(module: Any) -> PresetHandle:
     from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
 
     where = "hookwrap.integrations.lightning.weave()"
+    if module is None:
+        raise HookError(f"{where}: pass your LightningModule subclass, weave(MyModule): its training_step is "
+                        f"your own, so the preset weaves your class (hookwrap run --preset cannot name it).")
     cls = target_class(module, pl.LightningModule, where, "your LightningModule subclass")
     if cls is pl.LightningModule:
         raise HookError(f"{where}: pass your LightningModule subclass (the one defining training_step), "
