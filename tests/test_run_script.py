@@ -166,7 +166,7 @@ def test_a_module_beside_the_script_and_the_script_by_its_module_name(hw, tmp_pa
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"presets": ["torch_optimm"]},
-     "--preset 'torch_optimm': no such preset. Did you mean 'torch_optim'? Presets: torch_optim."),
+     "--preset 'torch_optimm': no such preset. Did you mean 'torch_optim'? Presets: accelerate, ignite, lightning, torch_optim, transformers."),
     ({"weaves": ["epoch=__main__:trian"]},
      "--weave 'epoch=__main__:trian': mnist_style.py never defines 'trian' at its top level. "
      "Did you mean 'train'?"),

@@ -1,0 +1,267 @@
+"""What every preset is built from.
+
+``stage``: a method of the framework's class becomes a join point under a standard
+event name (``hw.weave(cls, step="training_step")``), inside two plain functions:
+
+* a *body* (innermost, in place of the original) that notes whether the original
+  ran and what it returned;
+* an *outer* wrapper (``functools.wraps`` of the woven join point, so registration
+  still finds it) that catches :class:`hookwrap.StopTraining` raised by any callback
+  of the call, pre and post ones included, and asks the framework to stop its own
+  way (``stop(owner, exc)``). The call then returns what the framework expects: the
+  original's result when it ran, else the original run without callbacks (as the
+  framework's own stop flag lets the current stage finish). A StopTraining that
+  interrupted the original midway goes on to the enclosing stage.
+
+``routed``: a method of another object the framework calls (``Accelerator.backward``
+from HF's ``training_step``, a Lightning loop's ``run``) becomes a join point of the
+object the callbacks attach to (the trainer, the module), named ``hookwrap_<event>``
+on its class, so one ``hw.add_callback(trainer, cb)`` reaches every event and a
+callback reads ``trainer.model`` and ``trainer.optimizer``.
+
+The stop functions of the trainers act only while the owner's ``fit`` stage runs
+(``running(owner)``): outside a run (``trainer.evaluate()`` called alone) there is
+nothing to stop, so the StopTraining propagates. The ``fit`` stage itself catches
+none: a StopTraining from ``fit``'s own callbacks reaches the caller of ``fit``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+from types import FunctionType
+from typing import Any, Callable
+
+from .._dispatch import join_point_of
+from .._registration import Removable
+from ..errors import HookError, StopTraining
+from ..weave import weave
+
+__all__ = ["PresetHandle", "current_run", "routed", "running", "stage", "target_class"]
+
+_STARTED, _DONE, _NOTHING = object(), object(), object()
+_local = threading.local()
+_running: dict[int, int] = {}  # id(owner) -> fit calls running
+
+
+def _stack(name: str) -> list[Any]:
+    stack = getattr(_local, name, None)
+    if stack is None:
+        stack = []
+        setattr(_local, name, stack)
+    return stack
+
+
+def running(owner: Any) -> bool:
+    """Is a ``fit`` stage of ``owner`` running (in any thread)?"""
+    return id(owner) in _running
+
+
+def current_run(cls: type) -> Any:
+    """The innermost owner of class ``cls`` whose ``fit`` runs in this thread, or None."""
+    for owner in reversed(_stack("runs")):
+        if isinstance(owner, cls):
+            return owner
+    return None
+
+
+class PresetHandle(Removable):
+    """What a preset's ``weave()`` returns: ``remove()`` (idempotent; also a context
+    manager) restores every attribute it changed. ``events`` maps each event to the
+    method behind it; ``stopped`` is the last StopTraining that stopped a run."""
+
+    def __init__(self, description: str) -> None:
+        self.description = description
+        self.events: dict[str, str] = {}
+        self.stopped: StopTraining | None = None
+        self._undo: list[Callable[[], None]] = []
+
+    def remove(self) -> None:
+        while self._undo:
+            self._undo.pop()()
+
+    @property
+    def applied(self) -> bool:
+        return bool(self._undo)
+
+    def building(self) -> Any:
+        """A context: if weaving fails midway, what was done is undone."""
+        return _Building(self)
+
+    def __repr__(self) -> str:
+        events = ", ".join(f"{e}={m}" for e, m in self.events.items())
+        return f"<hookwrap.integrations {self.description} {'applied' if self.applied else 'removed'}: {events}>"
+
+
+class _Building:
+    def __init__(self, handle: PresetHandle) -> None:
+        self.handle = handle
+
+    def __enter__(self) -> PresetHandle:
+        return self.handle
+
+    def __exit__(self, exc_type: Any, *rest: Any) -> None:
+        if exc_type is not None:
+            self.handle.remove()
+
+
+def _raw(cls: type, attr: str, where: str) -> Any:
+    for klass in cls.__mro__:
+        if attr in vars(klass):
+            return vars(klass)[attr]
+    raise HookError(
+        f"{where}: {cls.__qualname__} has no method {attr!r}. This preset is written for the "
+        f"version pinned by hookwrap's 'thirdparty' extra; weave the method that does this stage "
+        f"in your version with hookwrap.weave(cls, event='method')."
+    )
+
+
+def _set(handle: PresetHandle, cls: type, attr: str, value: Any) -> None:
+    own, saved = attr in vars(cls), vars(cls).get(attr)
+    setattr(cls, attr, value)
+    handle._undo.append(lambda: setattr(cls, attr, saved) if own else delattr(cls, attr))
+
+
+def _body(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Runs ``fn``; notes in the outer wrapper's slot that it started and what it returned."""
+
+    @functools.wraps(fn)
+    def body(*args: Any, **kwargs: Any) -> Any:
+        slots = _stack("slots")
+        slot = slots[-1] if slots and slots[-1][0] is body else None
+        if slot is not None:
+            slot[1] = _STARTED
+        result = fn(*args, **kwargs)
+        if slot is not None:
+            slot[1], slot[2] = _DONE, result
+        return result
+
+    return body
+
+
+def stage(handle: PresetHandle, cls: type, event: str, attr: str, *,
+          stop: Callable[[Any, StopTraining], bool] | None = None, fit: bool = False,
+          within: Callable[..., Any] | None = None) -> Callable[..., Any]:
+    """Make ``cls.attr`` join point ``event``. ``stop(owner, exc)`` asks the framework
+    to stop (False: it cannot, as outside a run; the exception propagates). ``fit``: this stage is the run.
+    ``within``: fire only while that stage (as returned by ``stage``) runs in this
+    thread; other calls run the original without callbacks. Returns the stage's body."""
+    where = f"hookwrap.integrations: {handle.description}"
+    fn = _raw(cls, attr, where)
+    if not isinstance(fn, FunctionType):
+        raise HookError(f"{where}: {cls.__qualname__}.{attr} is a {type(fn).__name__}, not a method.")
+    if join_point_of(fn) is not None:
+        raise HookError(f"{where}: {cls.__qualname__}.{attr} is already a join point (woven by a preset or "
+                        f"hookwrap.weave); remove that handle first, or weave once.")
+    body = _body(fn)
+    _set(handle, cls, attr, body)
+    handle._undo.append(weave(cls, **{event: attr}).remove)
+    woven = vars(cls)[attr]
+
+    @functools.wraps(woven)
+    def outer(self: Any, *args: Any, **kwargs: Any) -> Any:
+        slots = _stack("slots")
+        if within is not None and not any(s[0] is within for s in slots):
+            return fn(self, *args, **kwargs)
+        slot = [body, None, None]
+        slots.append(slot)
+        if fit:
+            runs = _stack("runs")
+            runs.append(self)
+            _running[id(self)] = _running.get(id(self), 0) + 1
+        try:
+            return woven(self, *args, **kwargs)
+        except StopTraining as exc:
+            if stop is None or not stop(self, exc):
+                raise
+            handle.stopped = exc
+            if slot[1] is _DONE:
+                return slot[2]
+            if slot[1] is None:  # stopped before the original ran: it runs, without callbacks
+                return fn(self, *args, **kwargs)
+            raise  # interrupted midway: the enclosing stage ends it
+        finally:
+            slots.pop()
+            if fit:
+                runs.pop()
+                _running[id(self)] -= 1
+                if not _running[id(self)]:
+                    del _running[id(self)]
+
+    outer.__wrapped__ = _shim(fn, woven)
+    _set(handle, cls, attr, outer)
+    handle.events[event] = f"{cls.__qualname__}.{attr}"
+    return body
+
+
+def _shim(fn: FunctionType, woven: Any) -> FunctionType:
+    """What the outer wrapper's ``__wrapped__`` is: a copy of the original (its
+    ``__code__``, for code-identity checks that unwrap one level, as Lightning's
+    ``is_overridden`` does) whose own ``__wrapped__`` leads on to the join point."""
+    shim = FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    functools.update_wrapper(shim, fn)
+    shim.__kwdefaults__ = fn.__kwdefaults__
+    shim.__wrapped__ = woven  # type: ignore[attr-defined]
+    return shim
+
+
+def routed(handle: PresetHandle, host: type, event: str, cls: type, attr: str,
+           owner_of: Callable[[Any], Any], *, returns: Callable[[Any, Any], Any] | None = None,
+           **options: Any) -> Callable[..., Any]:
+    """Calls of ``cls.attr`` on an object whose ``owner_of(obj)`` is a ``host`` become
+    join point ``event`` of that owner (method ``hookwrap_<event>`` of ``host``, with
+    the original's parameters); other calls are untouched. ``returns(owner, result)``:
+    what the join point returns instead of the original's result (which the caller
+    still gets). ``options`` go to ``stage``."""
+    where = f"hookwrap.integrations: {handle.description}"
+    original = _raw(cls, attr, where)
+    name = f"hookwrap_{event}"
+    if name in vars(host):
+        raise HookError(f"{where}: {host.__qualname__} is already woven by a preset; remove that one first.")
+
+    def host_method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        entry = _stack("delegates")[-1]
+        result = original(entry[0], *args, **kwargs)
+        entry[1] = result
+        return result if returns is None else returns(self, result)
+
+    host_method.__name__ = name
+    host_method.__qualname__ = f"{host.__qualname__}.{name}"
+    host_method.__doc__ = f"{cls.__qualname__}.{attr}, as join point {event!r} of the {host.__qualname__}."
+    host_method.__signature__ = inspect.signature(original)  # type: ignore[attr-defined]
+    _set(handle, host, name, host_method)
+    body = stage(handle, host, event, name, **options)
+    outer = vars(host)[name]
+
+    @functools.wraps(original)
+    def router(obj: Any, *args: Any, **kwargs: Any) -> Any:
+        owner = owner_of(obj)
+        if not isinstance(owner, host):
+            return original(obj, *args, **kwargs)
+        entry = [obj, _NOTHING]
+        delegates = _stack("delegates")
+        delegates.append(entry)
+        try:
+            result = outer(owner, *args, **kwargs)
+        finally:
+            delegates.pop()
+        return result if entry[1] is _NOTHING else entry[1]
+
+    _set(handle, cls, attr, router)
+    handle.events[event] = f"{cls.__qualname__}.{attr}"
+    return body
+
+
+def target_class(given: Any, base: type, where: str, what: str) -> type:
+    """The class to weave: ``given`` (a subclass of ``base``, or an instance of one), else ``base``."""
+    if given is None:
+        return base
+    cls = given if isinstance(given, type) else type(given)
+    if not issubclass(cls, base):
+        raise HookError(
+            f"{where}: expected {what} ({base.__module__}.{base.__qualname__} or a subclass of it), "
+            f"got {given!r}. Pass the class your code instantiates."
+        )
+    return cls
+

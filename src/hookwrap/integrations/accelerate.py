@@ -1,0 +1,84 @@
+"""Hugging Face ``accelerate``: your own loop, with the ``Accelerator``'s calls as
+join points of the accelerator::
+
+    from hookwrap.integrations import accelerate as hw_accelerate
+    preset = hw_accelerate.weave()
+    hw.add_callback(accelerator, NanGuard(events=("backward",)))   # checks `loss`
+    for batch in loader:
+        ...
+        accelerator.backward(loss)
+        optimizer.step()
+
+Events, of the accelerator (accelerate 1.x):
+
+=================  =====================================================================
+``backward``       ``Accelerator.backward(loss, **kwargs)``: callbacks read ``loss``
+                   (``NanGuard``, a loss-scaling ``before`` callback); ``GradNorm(model=...)``
+                   after it
+``optimizer_step`` ``step()`` of an optimizer prepared by this accelerator
+                   (``AcceleratedOptimizer.step``, routed to the accelerator that prepared it;
+                   ``LRMonitor(optimizer=...)`` after it)
+=================  =====================================================================
+
+The loop is yours, so ``fit``, ``epoch``, ``step`` and ``evaluate`` are your
+functions: decorate them with ``@hw.hookable`` and the shipped callbacks find them.
+
+``hw.StopTraining`` (``EarlyStopping`` on your ``evaluate``, a callback here): with
+``stop="raise"`` (the default) it propagates out of the call that raised it into
+your loop, as in any hookwrap loop; catch it where the run should end. Under several
+processes a rank that stops alone leaves the others waiting in a collective, so
+there pass ``stop="trigger"``: a StopTraining raised in ``backward`` or
+``optimizer_step`` callbacks calls ``accelerator.set_trigger()`` instead, the call
+completes, and your loop ends on every rank together with accelerate's own check::
+
+    if accelerator.check_trigger():
+        break
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from ..errors import HookError, StopTraining
+from ._weaving import PresetHandle, _raw, _set, routed, stage, target_class
+
+__all__ = ["weave"]
+
+
+def weave(accelerator: Any = None, *, stop: str = "raise") -> PresetHandle:
+    """Weave ``accelerate.Accelerator`` (or ``accelerator``: a subclass, or an instance of
+    one). ``stop``: ``"raise"`` or ``"trigger"`` (see the module). Returns a handle whose
+    ``remove()`` restores everything."""
+    from accelerate import Accelerator
+    from accelerate.optimizer import AcceleratedOptimizer
+
+    where = "hookwrap.integrations.accelerate.weave()"
+    if stop not in ("raise", "trigger"):
+        raise HookError(f"{where}: stop must be 'raise' (StopTraining propagates to your loop) or "
+                        f"'trigger' (accelerator.set_trigger(); check accelerator.check_trigger()), got {stop!r}.")
+    cls = target_class(accelerator, Accelerator, where, "an accelerate Accelerator class")
+    handle = PresetHandle(f"accelerate {cls.__qualname__}")
+    owners: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()  # optimizer -> ref(accelerator)
+
+    def trigger(owner: Any, exc: StopTraining) -> bool:
+        owner.set_trigger()
+        return True
+
+    prepare_optimizer = _raw(cls, "prepare_optimizer", where)
+
+    def prepare(self: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+        prepared = prepare_optimizer(self, optimizer, *args, **kwargs)
+        owners[prepared] = weakref.ref(self)
+        return prepared
+
+    def optimizer_owner(optimizer: Any) -> Any:
+        ref = owners.get(optimizer)
+        return None if ref is None else ref()
+
+    options: dict[str, Any] = {"stop": trigger} if stop == "trigger" else {}
+    with handle.building():
+        _set(handle, cls, "prepare_optimizer", prepare)
+        stage(handle, cls, "backward", "backward", **options)
+        routed(handle, cls, "optimizer_step", AcceleratedOptimizer, "step", optimizer_owner, **options)
+    return handle

@@ -1,0 +1,117 @@
+"""PyTorch-Ignite ``Engine``, woven in one call::
+
+    from hookwrap.integrations import ignite as hw_ignite
+    preset = hw_ignite.weave()              # or weave(MyEngine)
+    hw.add_callback(trainer, NanGuard(events="step"))
+    trainer.run(loader, max_epochs=5)
+
+Events, all of the engine (pytorch-ignite 0.5):
+
+=================  =====================================================================
+``fit``            ``Engine.run`` (returns its ``State``)
+``epoch``          one epoch (``_run_once_on_dataset_as_gen``, driven through the join
+                   point; an ``interrupt()`` ends the epoch event where it interrupts, and
+                   the rest of the epoch runs when ``run`` resumes, without callbacks)
+``step``           the engine's update function: ignite stores it on the instance
+                   (``engine._process_function``, called ``(engine, batch)``); a property
+                   of the class routes each call through join point ``step`` (arguments
+                   ``batch``; returns the output, the loss of ``create_supervised_trainer``),
+                   with no adapter to write
+``evaluate``       ``run`` of another engine (an evaluator) called while this one runs (from
+                   its handler): an event of the *running* engine that returns the
+                   evaluator's ``state.metrics``, which ``EarlyStopping`` and
+                   ``BestCheckpoint`` attached to the trainer read
+=================  =====================================================================
+
+With ``Engine.interrupt_resume_enabled = False`` (ignite's legacy loop) there is no
+``epoch`` event: that loop runs ``_run_once_on_dataset_legacy``, which is not woven.
+
+``hw.StopTraining`` raised by any callback during ``run`` calls ``engine.terminate()``,
+as ignite's own ``EarlyStopping`` handler does: the current iteration finishes, then
+the engine fires ``TERMINATE`` and ``COMPLETED`` and ``run`` returns its state.
+(``loss``, ``backward`` and ``optimizer_step`` live inside your update function:
+make them hookable there with ``@hw.hookable``.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import StopTraining
+from ._weaving import PresetHandle, running, _raw, _set, current_run, routed, stage, target_class
+
+__all__ = ["weave"]
+
+
+class _Ended:
+    """The epoch join point's body ended by an interrupt (``gen``, what it yielded) or by
+    ignite's terminate exception (``error``): the caller's generator goes on from there."""
+
+    def __init__(self, gen: Any = None, value: Any = None, error: BaseException | None = None) -> None:
+        self.gen, self.value, self.error = gen, value, error
+
+
+def weave(engine: Any = None) -> PresetHandle:
+    """Weave ``ignite.engine.Engine`` (or ``engine``: a subclass, or an instance of one).
+    Returns a handle whose ``remove()`` restores everything."""
+    from ignite.engine import Engine
+    from ignite.engine.engine import _EngineTerminateException
+
+    where = "hookwrap.integrations.ignite.weave()"
+    cls = target_class(engine, Engine, where, "an ignite Engine class")
+    handle = PresetHandle(f"ignite {cls.__qualname__}")
+
+    def stop(owner: Any, exc: StopTraining) -> bool:
+        if not running(owner):
+            return False
+        owner.terminate()
+        return True
+
+    run_epoch = _raw(cls, "_run_once_on_dataset_as_gen", where)
+
+    def hookwrap_epoch(self: Any) -> Any:
+        """One epoch of the engine (join point ``epoch``)."""
+        gen = run_epoch(self)
+        try:
+            value = next(gen)
+        except StopIteration as done:
+            return done.value  # the epoch's time, as ignite returns it
+        except _EngineTerminateException as exc:
+            return _Ended(error=exc)
+        return _Ended(gen=gen, value=value)
+
+    def _run_once_on_dataset_as_gen(self: Any) -> Any:
+        ended = self.hookwrap_epoch()
+        if not isinstance(ended, _Ended):
+            return ended
+        if ended.error is not None:
+            raise ended.error
+        yield ended.value
+        return (yield from ended.gen)
+
+    def hookwrap_step(self: Any, batch: Any) -> Any:
+        """The engine's update function (join point ``step``)."""
+        return vars(self)["_process_function"](self, batch)
+
+    def evaluator_owner(engine: Any) -> Any:
+        run = current_run(cls)
+        return run if run is not engine else None
+
+    def metrics(owner: Any, state: Any) -> dict[str, Any]:
+        return dict(state.metrics)
+
+    with handle.building():
+        stage(handle, cls, "fit", "run", fit=True)
+        routed(handle, cls, "evaluate", cls, "run", evaluator_owner, returns=metrics, stop=stop)
+        _set(handle, cls, "hookwrap_epoch", hookwrap_epoch)
+        stage(handle, cls, "epoch", "hookwrap_epoch", stop=stop)
+        _set(handle, cls, "_run_once_on_dataset_as_gen", _run_once_on_dataset_as_gen)
+        _set(handle, cls, "hookwrap_step", hookwrap_step)
+        stage(handle, cls, "step", "hookwrap_step", stop=stop)
+        step = vars(cls)["hookwrap_step"]
+        _set(handle, cls, "_process_function", property(
+            lambda self: step, lambda self, fn: vars(self).__setitem__("_process_function", fn),
+            doc="The update function, called through join point 'step' (hookwrap.integrations.ignite)."))
+    handle.events["epoch"] = f"{cls.__qualname__}._run_once_on_dataset_as_gen"
+    handle.events["step"] = f"{cls.__qualname__}._process_function"
+    return handle

@@ -1,0 +1,77 @@
+"""Hugging Face ``transformers.Trainer``, woven in one call::
+
+    from hookwrap.integrations import transformers as hw_hf
+    preset = hw_hf.weave()                  # or weave(MyTrainer): your subclass
+    hw.add_callback(trainer, EarlyStopping("eval_loss", patience=2))
+    trainer.train()                         # returns its TrainOutput, stopped early
+
+Events (transformers 5.x; ``Trainer`` methods unless said):
+
+=================  =====================================================================
+``fit``            ``train`` (returns ``TrainOutput``)
+``epoch``          ``_run_epoch``: one pass over the train dataloader
+``step``           ``training_step``: forward, loss, backward of one batch (returns the loss)
+``loss``           ``compute_loss``, **only when ``training_step`` calls it**: ``evaluate()``
+                   reuses it in ``prediction_step``, where callbacks do not fire, so a
+                   loss-scaling callback never changes ``eval_loss``
+``backward``       ``Accelerator.backward(loss)`` called during this trainer's run, as an
+                   event of the trainer (NanGuard and GradNorm read ``loss``, ``trainer.model``)
+``optimizer_step`` ``self.optimizer.step()`` (``AcceleratedOptimizer.step``) during the run
+``evaluate``       ``evaluate``: returns the metrics mapping (``eval_loss``, ...), which
+                   ``EarlyStopping("eval_loss")`` and ``BestCheckpoint`` read
+=================  =====================================================================
+
+``hw.StopTraining`` raised by any callback during ``train()`` (EarlyStopping on
+``evaluate``, a callback on ``step``) sets ``trainer.control.should_training_stop``,
+as a ``TrainerCallback`` does: the current stage finishes, the loop breaks at its next
+check, and ``train()`` ends normally (``on_train_end``, best-model loading, its
+``TrainOutput``). Other errors (NanGuard's ``NonFiniteError``) propagate out of
+``train()``. Callbacks attach to the trainer (``hw.add_callback(trainer, cb)``) or to
+the class; ``BestCheckpoint`` and ``GradNorm`` read ``trainer.model``, ``LRMonitor``
+``trainer.optimizer``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import StopTraining
+from ._weaving import PresetHandle, running, current_run, routed, stage, target_class
+
+__all__ = ["weave"]
+
+
+def weave(trainer: Any = None) -> PresetHandle:
+    """Weave ``transformers.Trainer`` (or ``trainer``: a subclass, or an instance of one,
+    whose class is woven). Returns a handle whose ``remove()`` restores everything."""
+    import transformers
+    from accelerate import Accelerator
+    from accelerate.optimizer import AcceleratedOptimizer
+
+    cls = target_class(trainer, transformers.Trainer, "hookwrap.integrations.transformers.weave()",
+                       "a transformers Trainer class")
+    handle = PresetHandle(f"transformers {cls.__qualname__}")
+
+    def stop(owner: Any, exc: StopTraining) -> bool:
+        if not running(owner):
+            return False
+        owner.control.should_training_stop = True
+        return True
+
+    def accelerator_owner(accelerator: Any) -> Any:
+        run = current_run(cls)
+        return run if run is not None and getattr(run, "accelerator", None) is accelerator else None
+
+    def optimizer_owner(optimizer: Any) -> Any:
+        run = current_run(cls)
+        return run if run is not None and getattr(run, "optimizer", None) is optimizer else None
+
+    with handle.building():
+        stage(handle, cls, "fit", "train", fit=True)
+        stage(handle, cls, "epoch", "_run_epoch", stop=stop)
+        step = stage(handle, cls, "step", "training_step", stop=stop)
+        stage(handle, cls, "loss", "compute_loss", stop=stop, within=step)
+        routed(handle, cls, "backward", Accelerator, "backward", accelerator_owner, stop=stop)
+        routed(handle, cls, "optimizer_step", AcceleratedOptimizer, "step", optimizer_owner, stop=stop)
+        stage(handle, cls, "evaluate", "evaluate", stop=stop)
+    return handle

@@ -1,0 +1,138 @@
+"""hookwrap.integrations.lightning on a real Lightning Trainer: a linear model,
+synthetic data, CPU. The shipped callbacks run with their default events."""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.third_party,
+              pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+              pytest.mark.filterwarnings("ignore::UserWarning"),
+              pytest.mark.filterwarnings("ignore::FutureWarning")]
+
+torch = pytest.importorskip("torch", reason="needs the torch extra")
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    pl = pytest.importorskip("lightning.pytorch", reason="needs the thirdparty extra (lightning)")
+
+
+@pytest.fixture
+def preset(hw: Any) -> Any:
+    return importlib.import_module("hookwrap.integrations.lightning")
+
+
+class Module(pl.LightningModule):
+    def __init__(self, lr: float = 0.0) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.layer = torch.nn.Linear(4, 1)
+        self.lr = lr
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.layer(x), y)
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = batch
+        self.log("val_loss", torch.nn.functional.mse_loss(self.layer(x), y))
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+
+def loader() -> Any:
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(32, 4, generator=g), torch.randn(32, 1, generator=g)
+    return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=8)  # 4 batches
+
+
+def trainer(epochs: int = 20) -> Any:
+    return pl.Trainer(max_epochs=epochs, accelerator="cpu", logger=False, enable_checkpointing=False,
+                      enable_progress_bar=False, enable_model_summary=False)
+
+
+def weights(module: Any) -> Any:
+    return torch.cat([p.detach().flatten().clone() for p in module.parameters()])
+
+
+def test_early_stopping_sets_should_stop_and_fit_finishes(hw, preset):
+    from hookwrap.torch import EarlyStopping, GradNorm, StepTimer
+
+    with preset.weave(Module) as handle:
+        module = Module(lr=0.0)  # nothing is learned: val_loss never improves after the first epoch
+        evaluations = []
+        hw.after(module, "evaluate", lambda self, return_value: evaluations.append(dict(return_value)) or return_value)
+        timer, grads = StepTimer(), GradNorm(model=module)
+        for cb in (EarlyStopping("val_loss", patience=2), timer, grads):
+            hw.add_callback(module, cb)
+        run = trainer(epochs=20)
+        run.fit(module, loader(), loader())
+        assert run.should_stop and run.state.status == pl.trainer.states.TrainerStatus.FINISHED
+        assert run.current_epoch == 3 < 20  # epochs 1 (best), 2, 3 (patience 2 spent)
+        assert len(evaluations) == 3 and all("val_loss" in m for m in evaluations)  # not the sanity check
+        assert timer.count == 12 == run.global_step and len(grads.history) == 12
+        assert isinstance(handle.stopped, hw.StopTraining)
+
+
+def test_loss_scaled_to_zero_learns_nothing_and_nan_guard_stops(hw, preset):
+    from hookwrap.torch import NanGuard, NonFiniteError
+
+    with preset.weave(Module):
+        module = Module(lr=0.5)
+        hw.after(module, "loss", lambda self, return_value: return_value * 0.0)
+        before = weights(module)
+        trainer(epochs=2).fit(module, loader())
+        assert torch.equal(weights(module), before)
+
+        module = Module(lr=0.5)
+        calls = []
+
+        def poison(self, return_value):
+            calls.append(1)
+            return return_value * float("nan") if len(calls) == 6 else return_value
+
+        hw.after(module, "loss", poison)
+        hw.add_callback(module, NanGuard())  # default events: loss, counted by step
+        with pytest.raises(NonFiniteError, match=r"'post-loss' returned nan at step 6"):
+            trainer(epochs=3).fit(module, loader())
+        assert len(calls) == 6
+
+
+def test_stop_from_a_step_callback(hw, preset):
+    with preset.weave(Module) as handle:
+        module = Module(lr=0.1)
+
+        def stop_at_5(self, return_value):
+            if self.trainer.global_step == 5:
+                raise hw.StopTraining("five steps")
+            return return_value
+
+        hw.after(module, "step", stop_at_5)
+        run = trainer(epochs=10)
+        run.fit(module, loader())
+        assert run.global_step == 5 and run.current_epoch == 2  # the second epoch, ended at its first batch
+        assert run.state.status == pl.trainer.states.TrainerStatus.FINISHED
+        assert str(handle.stopped) == "five steps"
+
+
+def test_remove_restores_and_bad_input_is_refused(hw, preset):
+    from lightning.pytorch.loops import _EvaluationLoop, _FitLoop, _TrainingEpochLoop
+
+    classes = (Module, _FitLoop, _TrainingEpochLoop, _EvaluationLoop)
+    before = [dict(vars(c)) for c in classes]
+    handle = preset.weave(Module)
+    assert set(handle.events) == {"fit", "epoch", "step", "loss", "backward", "optimizer_step", "evaluate"}
+    handle.remove()
+    assert [dict(vars(c)) for c in classes] == before
+    module = Module(lr=0.5)
+    trainer(epochs=1).fit(module, loader())  # un-woven: a plain run
+    with pytest.raises(hw.HookError, match="pass your LightningModule subclass"):
+        preset.weave(pl.LightningModule)
+    with pytest.raises(hw.HookError, match=r"weave\(MyModule\)"):
+        preset.weave()
+    with pytest.raises(hw.HookError, match="expected your LightningModule subclass"):
+        preset.weave(torch.nn.Linear)

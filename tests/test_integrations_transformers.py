@@ -1,0 +1,197 @@
+"""hookwrap.integrations.transformers on a real HF Trainer: a tiny GPT-2 built from
+a config, synthetic tokens, CPU. The shipped callbacks run with their default events."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.third_party
+
+torch = pytest.importorskip("torch", reason="needs the torch extra")
+hf = pytest.importorskip("transformers", reason="needs the thirdparty extra (transformers)")
+
+
+@pytest.fixture
+def preset(hw: Any) -> Any:
+    return importlib.import_module("hookwrap.integrations.transformers")
+
+
+def tiny_trainer(tmp_path: Any, steps: int = 4, evaluate_every: int | None = None, cls: Any = None) -> Any:
+    torch.manual_seed(0)
+    config = hf.GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2,
+                           bos_token_id=0, eos_token_id=0)
+    model = hf.GPT2LMHeadModel(config)
+
+    class Tokens(torch.utils.data.Dataset):  # synthetic: nothing is downloaded
+        def __len__(self) -> int:
+            return 32
+
+        def __getitem__(self, i: int) -> dict[str, Any]:
+            ids = torch.randint(0, 64, (16,), generator=torch.Generator().manual_seed(i))
+            return {"input_ids": ids, "labels": ids}
+
+    args = hf.TrainingArguments(
+        output_dir=str(tmp_path), max_steps=steps, per_device_train_batch_size=4, per_device_eval_batch_size=16,
+        report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True, logging_strategy="no",
+        eval_strategy="steps" if evaluate_every else "no", eval_steps=evaluate_every, learning_rate=1e-2)
+    return (cls or hf.Trainer)(model=model, args=args, train_dataset=Tokens(), eval_dataset=Tokens())
+
+
+def weights(trainer: Any) -> Any:
+    return torch.cat([p.detach().flatten().clone() for p in trainer.model.parameters()])
+
+
+def test_loss_is_scaled_in_training_only(hw, preset, tmp_path):
+    with preset.weave():
+        trainer = tiny_trainer(tmp_path, steps=3)
+        unscaled = trainer.evaluate()["eval_loss"]
+        seen = []
+
+        def zero(self, return_value):  # a loss scaled to zero: nothing is learned
+            seen.append(float(return_value.detach()))
+            return return_value * 0.0
+
+        hw.after(trainer, "loss", zero)
+        before = weights(trainer)
+        out = trainer.train()
+        assert torch.equal(weights(trainer), before)
+        assert out.global_step == 3 and len(seen) == 3 and all(v > 0 for v in seen)
+        assert out.training_loss == 0.0  # training_step returned the scaled loss
+        metrics = trainer.evaluate()  # compute_loss runs in prediction_step: no callback there
+        assert len(seen) == 3 and metrics["eval_loss"] == pytest.approx(unscaled) and unscaled > 1
+
+
+def test_nan_guard_stops_on_a_nan_loss(hw, preset, tmp_path):
+    from hookwrap.torch import NanGuard, NonFiniteError
+
+    with preset.weave():
+        trainer = tiny_trainer(tmp_path, steps=6)
+        calls = []
+
+        def poison(self, return_value):
+            calls.append(1)
+            return return_value * float("nan") if len(calls) == 3 else return_value
+
+        hw.after(trainer, "loss", poison)
+        hw.add_callback(trainer, NanGuard())  # default events: loss, counted by step
+        with pytest.raises(NonFiniteError, match=r"'post-loss' returned nan at step 3"):
+            trainer.train()
+        assert len(calls) == 3
+
+
+def test_early_stopping_ends_train_normally(hw, preset, tmp_path):
+    from hookwrap.torch import EarlyStopping, GradNorm, LRMonitor, StepTimer
+
+    with preset.weave() as handle:
+        trainer = tiny_trainer(tmp_path, steps=20, evaluate_every=1)
+        stopper = EarlyStopping("eval_loss", patience=2, min_delta=100.0)  # never improves enough
+        timer, grads, lrs = StepTimer(), GradNorm(), LRMonitor()
+        for cb in (stopper, timer, grads, lrs):
+            hw.add_callback(trainer, cb)
+        out = trainer.train()
+        assert isinstance(out, hf.trainer_utils.TrainOutput)
+        assert out.global_step == 3 < 20  # evaluations 1 (best), 2, 3 (patience 2 spent)
+        assert "train_loss" in out.metrics and "train_loss" in trainer.state.log_history[-1]  # end of run ran
+        assert isinstance(handle.stopped, hw.StopTraining) and "eval_loss" in str(handle.stopped)
+        assert timer.count == 3 and len(grads.history) == 3 and all(n > 0 for _, n in grads.history)
+        assert lrs.history[0] == (1, [pytest.approx(1e-2)] * 2)  # two param groups (decay / no decay)
+
+
+def test_best_checkpoint_restores_the_best_weights(hw, preset, tmp_path):
+    from hookwrap.torch import BestCheckpoint
+
+    with preset.weave():
+        trainer = tiny_trainer(tmp_path, steps=4, evaluate_every=1)
+        scores = iter([1.0, 0.5, 2.0, 3.0])  # the best evaluation is the second, after 2 updates
+        hw.after(trainer, "evaluate", lambda self, return_value: {**return_value, "eval_loss": next(scores)})
+        updated = {}  # weights after n optimizer updates
+
+        def record(self):
+            updated[self.state.global_step] = weights(self)
+
+        hw.before(trainer, "step", record)
+        hw.after(trainer, "fit", lambda self, return_value: record(self) or return_value)  # before the restore
+        best = BestCheckpoint(tmp_path / "best.pt", monitor="eval_loss", restore_best=True)
+        hw.add_callback(trainer, best)
+        trainer.train()
+        assert best.saved == 2 and best.best.value == 0.5 and best.best_step == 2
+        assert torch.load(tmp_path / "best.pt", weights_only=True)["value"] == 0.5
+        assert not torch.equal(updated[4], updated[2])
+        assert torch.equal(weights(trainer), updated[2])  # restored after fit
+
+
+def test_stop_from_a_step_callback_finishes_that_step(hw, preset, tmp_path):
+    with preset.weave():
+        trainer = tiny_trainer(tmp_path, steps=10)
+
+        def stop_at_3(self):
+            if self.state.global_step >= 2:
+                raise hw.StopTraining("enough")
+
+        hw.before(trainer, "step", stop_at_3)  # before step 3: the step still runs, then train() ends
+        out = trainer.train()
+        assert out.global_step == 3
+        with pytest.raises(hw.StopTraining):  # outside train() there is no run to stop
+            trainer.training_step(trainer.model, {k: v[None] for k, v in trainer.train_dataset[0].items()})
+
+
+def test_remove_restores_every_attribute(hw, preset, tmp_path):
+    from accelerate import Accelerator
+    from accelerate.optimizer import AcceleratedOptimizer
+
+    def snapshot() -> Any:
+        return [dict(vars(c)) for c in (hf.Trainer, Accelerator, AcceleratedOptimizer)]
+
+    before = snapshot()
+    handle = preset.weave()
+    assert set(handle.events) == {"fit", "epoch", "step", "loss", "backward", "optimizer_step", "evaluate"}
+    assert snapshot() != before
+    handle.remove()
+    handle.remove()  # idempotent
+    assert snapshot() == before
+    trainer = tiny_trainer(tmp_path, steps=2)
+    with pytest.raises(hw.UnknownEventError):
+        hw.after(trainer, "loss", lambda self: None)
+
+
+def test_a_subclass_is_woven_and_bad_input_refused(hw, preset, tmp_path):
+    class MyTrainer(hf.Trainer):
+        def compute_loss(self, model, inputs, **kwargs):
+            return super().compute_loss(model, inputs, **kwargs) * 2
+
+    with preset.weave(MyTrainer):
+        trainer = tiny_trainer(tmp_path, steps=2, cls=MyTrainer)
+        losses = []
+        hw.after(trainer, "loss", lambda self, return_value: losses.append(float(return_value.detach())) or return_value)
+        trainer.train()
+        assert len(losses) == 2 and losses[0] > 7  # the override's doubled loss (~2 * ln 64)
+    assert "compute_loss" in vars(MyTrainer) and "train" not in vars(MyTrainer)
+    with pytest.raises(hw.HookError, match=r"expected a transformers Trainer class .* got <class 'int'>"):
+        preset.weave(int)
+    with preset.weave():
+        with pytest.raises(hw.HookError, match="already"):
+            preset.weave()
+
+
+def test_every_shipped_callback_attaches_with_its_default_events(hw, preset, tmp_path):
+    import io
+
+    from hookwrap.torch import (BestCheckpoint, EarlyStopping, GradNorm, LRMonitor, MetricsLogger, NanGuard,
+                                ProgressBar, StepTimer)
+
+    with preset.weave():
+        trainer = tiny_trainer(tmp_path, steps=4, evaluate_every=2)
+        log = MetricsLogger(tmp_path / "metrics.csv", tensorboard=False)
+        bar = io.StringIO()
+        for cb in (ProgressBar(file=bar), log, StepTimer(), NanGuard(), GradNorm(logger=log), LRMonitor(logger=log),
+                   EarlyStopping("eval_loss", patience=5), BestCheckpoint(tmp_path / "best.pt", monitor="eval_loss")):
+            hw.add_callback(trainer, cb)
+        trainer.train()
+        rows = log.read()
+        names = [name for _, name, _ in rows]
+        assert names.count("loss") == 4 and names.count("grad_norm") == 4 and names.count("eval_loss") == 2
+        assert [step for step, name, _ in rows if name == "loss"] == [1, 2, 3, 4]
+        assert "epoch 1" in bar.getvalue() and (tmp_path / "best.pt").exists()
