@@ -178,7 +178,7 @@ def test_a_module_beside_the_script_and_the_script_by_its_module_name(hw, tmp_pa
                                     "Did you mean 'StepTimer'?"),
     ({"callbacks": ["NanGuard(events='loss'"]}, "--callback \"NanGuard(events='loss'\": SyntaxError"),
     ({"callbacks": ["42"]}, "--callback '42' is a int, not a callback."),
-    ({"callbacks": ["StepTimer(step_event='train_step')"]},
+    ({"callbacks": ["StepTimer(step_event='a_stage_no_test_defines')"]},
      "Make the join points it needs with --weave EVENT=MODULE:ATTR or --preset torch_optim."),
     ({"presets": ["torch_optim"], "callbacks": ["NanGuard(events='los')"]}, "--callback \"NanGuard(events='los')\""),
 ])
@@ -231,7 +231,7 @@ def test_cli_exit_code_of_the_script_is_kept(hw, tmp_path):
 # --- the README's commands, as written, on the MNIST-style script as train.py ---------------
 
 _README = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
-_SECTION = _README[_README.index("### A script you cannot edit: `hookwrap run`"):]
+_SECTION = _README[_README.index("## A script you cannot edit: `hookwrap run`"):]
 _SECTION = _SECTION[:_SECTION.index("\n## ")]
 README_RUNS = re.findall(r"```bash\n(hookwrap run .*?)\n```\n\n```text\n(.*?)```", _SECTION, flags=re.S)
 

@@ -85,13 +85,13 @@ def test_a_global_function_callback_runs_where_it_fits(hw):
 
 
 def test_a_global_callback_that_fits_no_join_point_is_refused(hw):
-    class A(hw.Hookable):
+    class A(hw.Hookable):  # an event name of this test's own: join points of other tests live on
         @hw.hookable
-        def step(self, batch: int) -> int:
+        def step_fitting_no_callback(self, batch: int) -> int:
             return batch
 
     with pytest.raises(hw.CallbackSignatureError, match="asks for 'nope'"):
-        hw.register_global_callback(("pre-step", lambda self, nope: nope))
+        hw.register_global_callback(("pre-step_fitting_no_callback", lambda self, nope: nope))
 
 
 def test_nan_guard_watches_the_loss_argument(hw, shipped):

@@ -183,8 +183,10 @@ class Runner:
             try:
                 apply = getattr(importlib.import_module(module_name), function)
             except ImportError as exc:
+                extra = "torch" if key == "torch_optim" else "thirdparty"  # where the tested version is pinned
                 raise BadInput(f"{PROG}: --preset {name!r} needs {exc.name or exc}: install it "
-                               f"(pip install 'hookwrap[torch]' torch).") from None
+                               f"(pip install 'hookwrap[{extra}]' torch==2.13.0, or your own "
+                               f"version of {exc.name or 'it'}).") from None
             try:
                 self.handles.append(apply())
             except HookError as exc:
