@@ -255,3 +255,21 @@ def test_readme_hookwrap_run_command_runs_as_shown(hw, tmp_path, index):
             assert line.split("(...)")[0] in out, (line, out[-3000:])
     if "exit status" not in shown:
         assert result.returncode == 0, out[-3000:]
+
+
+def test_a_script_using_spawn_multiprocessing_runs_as_it_does_alone(hw, tmp_path):
+    # DataLoader workers on macOS/Windows, and CUDA scripts, start processes by spawn:
+    # each child runs the script again as __mp_main__ and looks its functions up there.
+    (tmp_path / "spawning.py").write_text(textwrap.dedent("""
+        import multiprocessing as mp
+
+        def square(x):
+            return x * x
+
+        if __name__ == "__main__":
+            with mp.get_context("spawn").Pool(1) as pool:
+                print(pool.map(square, [1, 2, 3]))
+    """))
+    result = _hookwrap_run(hw, "spawning.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[1, 4, 9]"

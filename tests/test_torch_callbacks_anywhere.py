@@ -30,7 +30,7 @@ def test_shipped_callbacks_on_a_plain_hookable_function(hw, shipped):
         for loss in (0.5, 0.4):
             step(loss)
         assert timer.count == 2 and guard.step == 2 and guard.checked == 2
-        with pytest.raises(shipped.NonFiniteError, match=r"'post-step' returned nan at step 3\. Stopping"):
+        with pytest.raises(shipped.NonFiniteError, match=r"argument 'loss' of 'step' was nan at step 3\. Stopping"):
             step(math.nan)
     step(math.nan)  # removed with its handle
     assert timer.count == 3
@@ -105,7 +105,7 @@ def test_nan_guard_watches_the_loss_argument(hw, shipped):
         hw.add_callback(accelerator, guard)
         w = torch.ones(2, requires_grad=True)
         accelerator.backward((w * 2).sum())
-        with pytest.raises(shipped.NonFiniteError, match="'post-backward' returned nan"):
+        with pytest.raises(shipped.NonFiniteError, match="argument 'loss' of 'backward' was nan"):
             accelerator.backward((w * math.nan).sum())
         assert guard.checked == 2
 

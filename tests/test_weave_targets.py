@@ -230,3 +230,131 @@ def test_weave_and_remove_while_other_threads_call_never_fail_a_call(hw):
             thread.join()
     assert errors == []
     assert results <= {1, 2} and 1 in results
+
+
+def _wraps(fn: Any) -> Any:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def test_a_decorator_over_a_hookable_method_leaves_the_class_working(hw):
+    class Model:  # as @torch.no_grad() over @hw.hookable does
+        @_wraps
+        @hw.hookable
+        def evaluate(self) -> int:
+            return 1
+
+    assert Model().evaluate() == 1
+    hw.describe(Model)  # scanning the class neither fails nor renames anything
+
+
+def test_a_wrapper_of_a_hookable_function_stored_in_a_class_does_not_take_it_over(hw):
+    @hw.hookable
+    def loss(x: int) -> int:
+        return x * 2
+
+    fired = []
+    hw.after(loss, "loss", lambda return_value: fired.append(return_value) or return_value)
+
+    class Holder:
+        helper = staticmethod(_wraps(loss))
+        also = _wraps(loss)
+
+    hw.describe(Holder)
+    assert loss(3) == 6 and Holder.helper(4) == 8 and fired == [6, 8]
+    hw.after(loss, "loss", lambda return_value: return_value)  # still loss's own join point
+
+
+def test_hookable_over_a_wrapper_of_a_join_point_makes_a_join_point_of_its_own(hw):
+    log: list[Any] = []
+
+    class Base:
+        @hw.hookable
+        def step(self) -> int:
+            return 1
+
+    @hw.hookable("forward_timed")
+    @_wraps
+    def forward(x: int) -> int:
+        return x
+
+    assert hw.describe(forward).title == "join point 'forward_timed'"
+
+    class Sub(Base):
+        @hw.hookable
+        @functools.wraps(Base.step)
+        def step(self) -> int:
+            log.append("sub")
+            return super().step() + 10
+
+    hw.after(Sub, "step", lambda self, return_value: log.append(("post", return_value)) or return_value)
+    assert Sub().step() == 11 and log == ["sub", ("post", 11)]
+    with pytest.raises(hw.HookError, match="'step' is already a join point"):
+        hw.weave(Sub, "step")
+
+
+def test_unfit_global_callbacks_keep_no_join_point_alive(hw):
+    import gc
+
+    class Other:
+        def step(self, a: int, b: int) -> int:
+            return a
+
+    class Fits(hw.Hookable):
+        @hw.hookable
+        def step(self, x: int) -> int:
+            return x
+
+    with hw.register_global_callback(("pre-step", lambda self, x: x)) as handle:
+        for _ in range(50):
+            with hw.weave(Other, "step"):
+                Other().step(1, 2)  # the callback does not fit: skipped, noted once
+        gc.collect()
+        registration = handle._places[0][1]
+        assert len(registration.steps) <= 2  # not one entry per weave
+
+
+def test_a_lazy_module_raising_anything_does_not_fail_the_import(hw, tmp_path):
+    (tmp_path / "failing_lazy.py").write_text(textwrap.dedent("""
+        def __getattr__(name):
+            raise RuntimeError("Failed to import failing_lazy.trainer: a missing backend")
+    """))
+    env = dict(os.environ, HOOKWRAP_NO_EXTENSIONS="" if hw.USING_EXTENSION else "1",
+               PYTHONPATH=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import warnings
+        import hookwrap as hw
+        handle = hw.weave("failing_lazy:Trainer", step="training_step")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            import failing_lazy
+        print(handle)
+    """)], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "failed: RuntimeError: Failed to import failing_lazy.trainer" in out.stdout
+
+
+@pytest.mark.parametrize("events, message", [
+    ({"pre_step": "training_step"}, "cannot start with 'pre'"),
+    ({"post": "training_step"}, "cannot start with 'post'"),
+])
+def test_weave_refuses_an_event_name_that_reads_as_a_phase(hw, events, message):
+    class Trainer:
+        def training_step(self) -> None:
+            pass
+
+    with pytest.raises(hw.HookError, match=message):
+        hw.weave(Trainer, **events)
+
+
+def test_weave_takes_target_as_an_event_name(hw):
+    class Trainer:
+        def fit(self) -> int:
+            return 1
+
+    with hw.weave(Trainer, target="fit"):
+        hw.after(Trainer, "target", lambda self, return_value: return_value + 1)
+        assert Trainer().fit() == 2

@@ -122,7 +122,8 @@ def fitting_step(registration: Registration, spec: JoinPointSpec) -> Any:
     try:
         return planned_step(registration, spec)
     except CallbackSignatureError as exc:
-        registration.steps[spec] = _Unfit(exc)
+        # Without its traceback, whose frames hold ``spec`` (the weak key) alive.
+        registration.steps[spec] = _Unfit(exc.with_traceback(None))
         return None
 
 

@@ -77,15 +77,23 @@ from ._fast_py import (  # noqa: E402
 )
 
 
-def join_point_of(value: Any) -> Any:
+def join_point_of(value: Any, through_wrappers: bool = False) -> Any:
     """The JoinPoint a stored attribute is, or carries; None for anything else.
 
     A join point is stored bare (compiled), as its dispatch function (pure twin),
     inside a classmethod/staticmethod, or inside a ``HookableWrapper``. The last
     two carry it as ``__hookwrap_join_point__``, read only from types that define
-    it, so no arbitrary object's ``__getattr__`` runs.
+    it, so no arbitrary object's ``__getattr__`` runs. A function carries the mark
+    only when it shares the join point's ``__dict__`` (its dispatch function does):
+    ``functools.wraps`` copies the mark into a wrapper, which is not the join point.
+
+    ``through_wrappers``: also a function wrapping one (``functools.wraps`` layers,
+    followed by ``__wrapped__``). Libraries re-patch their own methods so
+    (torch.optim's profile_hook_step on every optimizer class); a call of the
+    wrapper reaches the join point, which fires once. Only the questions "does
+    this attribute still reach that join point" ask this way.
     """
-    for _ in range(_WRAPPER_DEPTH):
+    for _ in range(_WRAPPER_DEPTH if through_wrappers else 1):
         if isinstance(value, (classmethod, staticmethod)):
             value = value.__func__
         if type(value) is JoinPoint:
@@ -93,12 +101,11 @@ def join_point_of(value: Any) -> Any:
         if type(value) is not FunctionType:
             break
         found = value.__dict__.get(JOIN_POINT_ATTR)
-        if found is not None:
+        if found is not None and found.__dict__ is value.__dict__:
             return found
-        # A function wrapping a join point (functools.wraps): libraries re-patch
-        # their own methods so (torch.optim's profile_hook_step on every optimizer
-        # class); a call of the wrapper reaches the join point, which fires once.
         value = value.__dict__.get("__wrapped__")
+    else:
+        return None
     if hasattr(type(value), JOIN_POINT_ATTR):
         return getattr(value, JOIN_POINT_ATTR)
     return None

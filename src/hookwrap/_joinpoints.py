@@ -81,6 +81,14 @@ def _scan(tp: type) -> dict[str, Any]:
                     if jp.owner is None:
                         name_join_point(value, klass, attr)
                     found.setdefault(normalize(jp.event), jp)
+                    continue
+                jp = join_point_of(value, through_wrappers=True)
+                if jp is not None and jp.attr_name == attr and jp.owner is not None \
+                        and issubclass(tp, jp.owner):
+                    # A method join point its class (or a library) wrapped again in
+                    # place (functools.wraps): still this class's join point. A wrapper
+                    # of any other join point is only a function calling it.
+                    found.setdefault(normalize(jp.event), jp)
     return found
 
 
@@ -150,5 +158,5 @@ def fires(jp: Any, tp: Any) -> bool:
         return True
     for klass in tp.__mro__:
         if name in vars(klass):
-            return join_point_of(vars(klass)[name]) is jp
+            return join_point_of(vars(klass)[name], through_wrappers=True) is jp
     return True

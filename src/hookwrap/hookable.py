@@ -29,7 +29,7 @@ from typing import (
 import wrapt
 
 from ._chains import PLANNER
-from ._dispatch import CLASSMETHOD, FUNCTION, JoinPoint, as_attribute, join_point_of
+from ._dispatch import CLASSMETHOD, FUNCTION, JOIN_POINT_ATTR, JoinPoint, as_attribute, join_point_of
 from ._joinpoints import name_join_point, track_join_point
 from ._registration import Handle, register
 from .errors import HookError
@@ -187,7 +187,12 @@ def hookable(fn: Any = None, /) -> Any:
 def _function_join_point(fn: FunctionType, event: str | None, binding: int) -> Any:
     """A join point for a plain function, as the object to store (see as_attribute)."""
     jp = track_join_point(JoinPoint(fn, event, binding, PLANNER))
+    mark = vars(jp).get(JOIN_POINT_ATTR)  # the pure twin's own; not one fn's __dict__ carries
     functools.update_wrapper(jp, fn)
+    if mark is not None:
+        vars(jp)[JOIN_POINT_ATTR] = mark
+    else:
+        vars(jp).pop(JOIN_POINT_ATTR, None)  # copied from a wrapper of another join point
     vars(jp).update(_registration_verbs(jp))
     return as_attribute(jp)
 

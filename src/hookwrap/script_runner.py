@@ -406,8 +406,9 @@ def run(script: str, args: Sequence[str] = (), presets: Sequence[str] = (), weav
             print(bad.message, file=sys.stderr)
             return 2
         module = runner.module = ModuleType("__main__")
-        spec = importlib.machinery.ModuleSpec("__main__", None, origin=path)
-        vars(module).update(__file__=path, __spec__=spec, __package__=None, __cached__=None,
+        # __spec__ None, as `python script.py` has: multiprocessing's spawn then runs the
+        # script again as __mp_main__ in each child, where its functions are found.
+        vars(module).update(__file__=path, __spec__=None, __package__=None, __cached__=None,
                             __loader__=None)
         sys.modules["__main__"] = module
         try:

@@ -152,7 +152,7 @@ def _raw_attribute(cls: type, name: str) -> Any:
     return getattr(cls, name)
 
 
-def weave(target: Any, *names: str, **events: str) -> WeaveHandle:
+def weave(target: Any, /, *names: str, **events: str) -> WeaveHandle:
     """Make ``names`` of ``target`` hookable, each a join point of its own name, and
     each ``event=attribute`` of ``events`` a join point named ``event``
     (``weave(Trainer, step="training_step")``); returns a handle that restores them."""
@@ -187,8 +187,12 @@ def _wanted(label: str, names: tuple[str, ...], events: dict[str, str]) -> dict[
     for event, name in events.items():
         if not isinstance(name, str) or not name.isidentifier():
             raise HookError(f"{where}: {event}={name!r}: give the attribute to weave as a name.")
-        if event.partition("_")[0] in PHASES and event.partition("_")[2] == "":
-            raise HookError(f"{where}: {event!r} is a phase; name the join point, like step='training_step'.")
+        phase, _, rest = event.partition("_")
+        if phase in PHASES:  # 'pre_step' reads as the event pre-step of join point step
+            raise HookError(
+                f"{where}: {event}={name!r}: a join point's name cannot start with {phase!r}, "
+                f"which names its events ({phase}-{rest or 'step'}); name it like step='training_step'."
+            )
         if name in wanted:
             raise HookError(f"{where}: {name!r} is named twice; weave each attribute once.")
         wanted[name] = event
@@ -220,12 +224,14 @@ def _weave_on_import(target: str, wanted: dict[str, str | None]) -> WeaveHandle:
                     raise HookError(f"{path} has no attribute {part!r}." + closest(part, names)) from None
                 path = f"{path}.{part}"
             handle._apply(obj, wanted)
-        except (ImportError, HookError) as exc:
+        except Exception as exc:  # a lazy module's __getattr__ may raise anything
             if not on_import:
-                raise
+                if isinstance(exc, HookError):
+                    raise
+                raise HookError(f"weave({target!r}): {type(exc).__name__}: {exc}") from exc
 
             # Raising here would fail the user's import; say it instead.
-            handle.error = str(exc).rstrip(".")
+            handle.error = (str(exc) if isinstance(exc, HookError) else f"{type(exc).__name__}: {exc}").rstrip(".")
             warnings.warn(
                 f"hookwrap.weave({target!r}): {module_name} was imported, but the target could not "
                 f"be woven ({handle.error}). Check the spelling, or weave the class itself: "

@@ -76,7 +76,7 @@ class NanGuard(CountingCallback):
         """The value watched on one join point: its ``argument`` (``loss``: accelerate's
         ``backward(loss)``) where it has one, else what it returns."""
         if self.argument in spec.refs:
-            return reader(self.check, "post-", self.argument, (event,))
+            return reader(self.check_argument, "post-", self.argument, (event,))
         if spec.returns_none:
             raise CallbackSignatureError(
                 f"NanGuard: {spec.where} returns None and has no argument {self.argument!r}, so "
@@ -86,12 +86,20 @@ class NanGuard(CountingCallback):
         return reader(self.check, "post-", "return_value", (event,))
 
     def check(self, obj: Any, event: str, value: Any) -> None:
+        """What ``event`` returned."""
+        self._check(obj, f"event 'post-{event}' returned", value)
+
+    def check_argument(self, obj: Any, event: str, value: Any) -> None:
+        """The ``argument`` ``event`` was called with."""
+        self._check(obj, f"argument {self.argument!r} of {event!r} was", value)
+
+    def _check(self, obj: Any, what: str, value: Any) -> None:
         self.checked += 1
         found = _first_non_finite(value)
         if found is not None:
             when = f"at step {self.step}" if self.step else "before any step was counted"
             of = f" ({type(obj).__name__})" if obj is not None else ""
             raise NonFiniteError(
-                f"NanGuard: event 'post-{event}' returned {found[1]}{found[0]} {when}{of}. Stopping the run; lower the learning rate, "
-                f"clip gradients, or check the inputs of that step."
+                f"NanGuard: {what} {found[1]}{found[0]} {when}{of}. Stopping the run; lower the "
+                f"learning rate, clip gradients, or check the inputs of that step."
             )
