@@ -24,24 +24,10 @@ def hf() -> Any:
     return pytest.importorskip("transformers", reason="needs the thirdparty extra")
 
 
-def _tiny_trainer(hf: Any, tmp_path: Any, steps: int = 3) -> Any:
-    torch.manual_seed(0)
-    config = hf.GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2,
-                           bos_token_id=0, eos_token_id=0)
-    model = hf.GPT2LMHeadModel(config)
+def tiny_trainer(tmp_path: Any, steps: int) -> Any:
+    from tests._tiny_hf import tiny_trainer as make  # imports transformers: after the skip
 
-    class Tokens(torch.utils.data.Dataset):  # synthetic: nothing is downloaded
-        def __len__(self) -> int:
-            return 32
-
-        def __getitem__(self, i: int) -> dict[str, Any]:
-            ids = torch.randint(0, 64, (16,), generator=torch.Generator().manual_seed(i))
-            return {"input_ids": ids, "labels": ids}
-
-    args = hf.TrainingArguments(output_dir=str(tmp_path), max_steps=steps, per_device_train_batch_size=4,
-                                report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True,
-                                logging_strategy="no")
-    return hf.Trainer(model=model, args=args, train_dataset=Tokens())
+    return make(tmp_path, steps=steps)
 
 
 def _weights(trainer: Any) -> Any:
@@ -51,7 +37,7 @@ def _weights(trainer: Any) -> Any:
 def test_transformers_trainer_woven_scaled_counted_and_restored(hw, hf, tmp_path):
     original = vars(hf.Trainer)["compute_loss"], vars(hf.Trainer)["training_step"]
     with hw.weave(hf.Trainer, "compute_loss", "training_step"):
-        trainer = _tiny_trainer(hf, tmp_path)
+        trainer = tiny_trainer(tmp_path, steps=3)
         steps, losses = [], []
         hw.after(trainer, "training_step", lambda self, return_value: steps.append(float(return_value)) or return_value)
 
@@ -66,7 +52,7 @@ def test_transformers_trainer_woven_scaled_counted_and_restored(hw, hf, tmp_path
         assert steps == [0.0, 0.0, 0.0]  # training_step saw the scaled loss
         assert torch.equal(_weights(trainer), before)
     assert (vars(hf.Trainer)["compute_loss"], vars(hf.Trainer)["training_step"]) == original
-    trainer = _tiny_trainer(hf, tmp_path)  # un-woven: the original trainer learns again
+    trainer = tiny_trainer(tmp_path, steps=3)  # un-woven: the original trainer learns again
     before = _weights(trainer)
     trainer.train()
     assert not torch.equal(_weights(trainer), before)
@@ -76,7 +62,7 @@ def test_transformers_trainer_stops_on_a_nan_loss(hw, hf, tmp_path):
     from hookwrap.torch import NanGuard, NonFiniteError
 
     with hw.weave(hf.Trainer, "compute_loss"):
-        trainer = _tiny_trainer(hf, tmp_path, steps=5)
+        trainer = tiny_trainer(tmp_path, steps=5)
         calls = []
 
         def poison(self, return_value):
