@@ -70,9 +70,9 @@ class OptimizerWeave(Removable):
             self._removed = True
             import torch.optim
 
-            base = torch.optim.Optimizer
+            base: Any = torch.optim.Optimizer  # Any: torch may be absent to mypy
             if self._had_hook:
-                base.__init_subclass__ = self._old_hook  # type: ignore[method-assign]
+                base.__init_subclass__ = self._old_hook
             else:
                 try:
                     del base.__init_subclass__
@@ -114,7 +114,7 @@ def weave_optimizers(event: str = "step") -> OptimizerWeave:
                 f"weave_optimizers(): torch.optim is already woven ({_active[0]!r}); "
                 f"remove() that handle first, or register on the join points it made."
             )
-        base = torch.optim.Optimizer
+        base: Any = torch.optim.Optimizer  # Any: torch may be absent to mypy
         woven = OptimizerWeave(event)
         try:
             for cls in _subclasses(base):
@@ -127,13 +127,13 @@ def weave_optimizers(event: str = "step") -> OptimizerWeave:
         woven._old_hook = vars(base).get("__init_subclass__")
         old = woven._old_hook
 
-        def __init_subclass__(cls: type, **kwargs: Any) -> None:
+        def __init_subclass__(cls: type, /, **kwargs: Any) -> None:
             if old is not None:
                 old.__get__(None, cls)(**kwargs)
             else:
-                super(base, cls).__init_subclass__(**kwargs)  # type: ignore[misc]
+                super(base, cls).__init_subclass__(**kwargs)
             woven._weave_class(cls)
 
-        base.__init_subclass__ = classmethod(__init_subclass__)  # type: ignore[arg-type, assignment, method-assign]
+        base.__init_subclass__ = classmethod(__init_subclass__)
         _active.append(woven)
         return woven
