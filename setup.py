@@ -26,6 +26,11 @@ GENERATED_C = "src/hookwrap/_fast.c"  # made for the sdist: it builds without Cy
 REQUIRED = bool(os.environ.get("HOOKWRAP_REQUIRE_EXTENSIONS"))
 
 
+def _no_extensions():
+    """HOOKWRAP_NO_EXTENSIONS set to anything but empty, 0, false, no or off (as at run time)."""
+    return os.environ.get("HOOKWRAP_NO_EXTENSIONS", "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
 def fall_back(reason):
     if REQUIRED:
         sys.exit(f"hookwrap: the compiled dispatch could not be built ({reason}), and "
@@ -73,13 +78,13 @@ class SdistWithC(sdist):
     """The sdist carries the generated C (MANIFEST.in), so installing it needs no Cython."""
 
     def run(self):
-        if not os.environ.get("HOOKWRAP_NO_EXTENSIONS") and not generate_c():
+        if not _no_extensions() and not generate_c():
             sys.exit("hookwrap: making the sdist needs Cython, to generate _fast.c.")
         super().run()
 
 
 def extensions():
-    if os.environ.get("HOOKWRAP_NO_EXTENSIONS"):
+    if _no_extensions():
         return []  # asked for: the pure twin, nothing to report
     if platform.python_implementation() != "CPython":
         fall_back(f"the compiled dispatch is for CPython, not {platform.python_implementation()}")

@@ -18,8 +18,13 @@ CYTHON = "Cython>=3.0"
 _PACKAGE = Path(__file__).resolve().parent.parent / "src" / "hookwrap"
 
 
+def _no_extensions():
+    """HOOKWRAP_NO_EXTENSIONS set to anything but empty, 0, false, no or off (as at run time)."""
+    return os.environ.get("HOOKWRAP_NO_EXTENSIONS", "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
 def _cython_needed(sdist: bool = False) -> bool:
-    if os.environ.get("HOOKWRAP_NO_EXTENSIONS"):
+    if _no_extensions():
         return False
     generated, source = _PACKAGE / "_fast.c", _PACKAGE / "_fast.pyx"
     # A checkout's _fast.c may predate an edit of _fast.pyx: regenerate it then.

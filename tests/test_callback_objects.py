@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 
@@ -278,3 +280,42 @@ def test_add_callback_takes_registration_options(hw):
     with pytest.raises(hw.HookError, match=r"every=0 must be a whole number >= 1"):
         t.add_callback(Recorder(), every=0)
     assert hw.describe(t, "post-step").chains["post-step"] == []
+
+
+def test_with_blocks_of_one_callback_nest_and_leave_nothing_behind(hw):
+    """Audit item 4: nested blocks, and blocks in several threads at once."""
+    import threading
+
+    class Loop(hw.Hookable):
+        @hw.hookable
+        def step(self, x: int) -> int:
+            return x
+
+    class AddOne(hw.Callback):
+        def pre_step(self, loop: Any, x: int) -> int:
+            return x + 1
+
+    cb = AddOne()
+    with cb:
+        with cb:  # nested: still registered once
+            assert Loop().step(0) == 1
+        assert Loop().step(0) == 1  # the outer block still holds it
+    assert Loop().step(0) == 0
+
+    errors: list[str] = []
+
+    def blocks() -> None:
+        for _ in range(300):
+            with cb:
+                result = Loop().step(0)
+                if result != 1:
+                    errors.append(f"step returned {result}")
+
+    threads = [threading.Thread(target=blocks) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert Loop().step(0) == 0  # nothing left registered
+    assert hw.describe(Loop, "pre-step").chains["pre-step"] == []

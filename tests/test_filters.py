@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 
@@ -89,9 +91,9 @@ def test_bad_filter_options(hw, opts, message):
         t.after("step", lambda self: None, **opts)
 
 
-def test_unknown_option_is_a_type_error(hw):
+def test_unknown_option_is_refused_with_the_closest(hw):
     t = make(hw)
-    with pytest.raises(TypeError, match="evrey"):
+    with pytest.raises(hw.HookError, match="evrey= is not a registration option. Did you mean 'every'"):
         t.after("step", lambda self: None, evrey=2)
 
 
@@ -139,3 +141,36 @@ def test_a_callback_class_can_be_rank_zero_only(hw, monkeypatch):
     monkeypatch.setenv("RANK", "0")
     t.step()
     assert printer.calls == 1
+
+
+def test_once_with_when_fires_once_under_concurrent_calls(hw):
+    """Audit item 5: the check and the spending of once=True are one step."""
+    import threading
+    import time
+
+    class Trainer(hw.Hookable):
+        @hw.hookable
+        def step(self, i: int) -> int:
+            return i
+
+    fired = []
+
+    def slow_when(obj: Any) -> bool:
+        time.sleep(0.001)  # lets another thread in between the check and the spending
+        return True
+
+    trainer = Trainer()
+    trainer.after("step", lambda self: fired.append(1), once=True, when=slow_when)
+    barrier = threading.Barrier(4)
+
+    def call() -> None:
+        barrier.wait()
+        for i in range(20):
+            trainer.step(i)
+
+    threads = [threading.Thread(target=call) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert fired == [1]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 import pytest
 
 
@@ -171,3 +174,87 @@ def test_both_twins_refuse_a_callback_asking_for_too_many_arguments(hw):
         t.after("step", namespace["greedy"])
     t.after("step", namespace["fits"])
     assert t.step(*range(32)) == 0
+
+
+# --- options, Callback attributes and environment, refused by name (audit items 16, 17, 23) ---
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"evry": 2}, r"evry= is not a registration option\. Did you mean 'every'\?"),
+    ({"once": "no"}, r"once='no' must be True or False"),
+    ({"prepend": "no"}, r"prepend='no' must be True or False"),
+    ({"rank_zero_only": 1}, r"rank_zero_only=1 must be True or False"),
+    ({"before": 42}, r"before=42 names no callback"),
+    ({"after": [3.5]}, r"after=3\.5 names no callback"),
+])
+def test_bad_options_are_refused_naming_them(hw, options, message):
+    class Loop(hw.Hookable):
+        @hw.hookable
+        def step(self) -> None:
+            pass
+
+    with pytest.raises(hw.HookError, match=message):
+        Loop().before("step", lambda self: None, **options)
+    with pytest.raises(hw.HookError, match=message):
+        hw.before(Loop, "step", lambda self: None, **options)
+
+
+def test_a_callback_ordered_against_itself_is_refused(hw):
+    class Loop(hw.Hookable):
+        @hw.hookable
+        def step(self) -> None:
+            pass
+
+    def log(self: Any) -> None:
+        pass
+
+    with pytest.raises(hw.HookError, match="is ordered before= or after= itself"):
+        Loop().before("step", log, before=log)
+
+
+def test_a_callback_object_with_a_non_callable_event_attribute_is_refused(hw):
+    class Loop(hw.Hookable):
+        @hw.hookable
+        def step(self) -> None:
+            pass
+
+    class Broken(hw.Callback):
+        pre_step = 42
+
+    with pytest.raises(hw.HookError, match=r"Broken\.pre_step is named like an event method but is a int"):
+        Loop().add_callback(Broken())
+
+    class Base(hw.Callback):
+        def pre_step(self, loop: Any) -> None:
+            raise AssertionError("turned off by the subclass")
+
+    class Quiet(Base):
+        pre_step = None  # turns the base's method off
+
+    Loop().add_callback(Quiet())
+
+
+def test_a_bad_rank_in_the_environment_is_refused_naming_it(hw, monkeypatch):
+    class Loop(hw.Hookable):
+        @hw.hookable
+        def step(self) -> None:
+            pass
+
+    monkeypatch.setenv("RANK", "abc")
+    loop = Loop()
+    loop.before("step", lambda self: None, rank_zero_only=True)
+    with pytest.raises(hw.HookError, match="RANK='abc' in the environment is not a process rank"):
+        loop.step()
+
+
+@pytest.mark.parametrize("value, pure", [("0", False), ("false", False), ("no", False), ("", False),
+                                         ("1", True), ("yes", True)])
+def test_hookwrap_no_extensions_reads_false_values_as_false(value, pure):
+    import subprocess
+    import sys
+
+    env = dict(os.environ, HOOKWRAP_NO_EXTENSIONS=value)
+    out = subprocess.run([sys.executable, "-c", "import hookwrap._dispatch as d; print(d.NO_EXTENSIONS)"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str(pure)

@@ -1,7 +1,8 @@
 """Chooses the per-call dispatch: compiled ``_fast`` or its pure twin ``_fast_py``;
 and recognises a join point (``join_point_of``), the one place that does.
 
-``HOOKWRAP_NO_EXTENSIONS=1`` (any non-empty value) forces the pure twin, as does
+``HOOKWRAP_NO_EXTENSIONS=1`` (any value but empty, ``0``, ``false``, ``no``, ``off``)
+forces the pure twin, as does
 a Python other than CPython or a missing build. Every other module imports the
 dispatch names from here, never from ``_fast``/``_fast_py`` directly.
 """
@@ -21,9 +22,8 @@ __all__ = [
     "show_python_twins",
 ]
 
-NO_EXTENSIONS = bool(os.environ.get("HOOKWRAP_NO_EXTENSIONS")) or (
-    sys.implementation.name != "cpython"
-)
+NO_EXTENSIONS = os.environ.get("HOOKWRAP_NO_EXTENSIONS", "").strip().lower() not in ("", "0", "false", "no", "off") \
+    or sys.implementation.name != "cpython"
 
 if TYPE_CHECKING:
     # Type checkers read the typed pure twin; no stub file is needed.

@@ -15,6 +15,7 @@ from ._tiers import instance_state
 from .errors import CallbackSignatureError, HookError, UnknownEventError, closest
 from .events import CUSTOM, PHASES, normalize, parse_event
 from .options import Registration, make_options, order_entries
+from .signature import callable_label
 
 __all__ = ["Handle", "Removable", "register", "register_entries", "register_global"]
 
@@ -174,6 +175,9 @@ def register(target: Any, phase: str, event: Any, fn: Any, opts: dict[str, Any])
     options = make_options(where, **opts)
     if fn is None:
         return Handle([], lambda f: register(target, phase, event, f, opts))
+    if options is not None and any(ref is fn for ref in options.before + options.after):
+        raise HookError(f"{where}: {callable_label(fn)} is ordered before= or after= itself; "
+                        f"name another callback.")
     full = event if phase == CUSTOM else f"{phase}-{event}"
     registration = Registration(full, fn, options, parse_event(full, where))  # the one parse
     return register_entries(target, [registration], where)

@@ -11,17 +11,20 @@ of the libraries hookwrap replaces catches such typos, they never fire.
 
 from __future__ import annotations
 
+import threading
 from types import ModuleType
 from typing import Any, Callable
 
 from ._dispatch import join_point_of
 from ._joinpoints import all_join_points, declared_custom_events, target_join_points
 from ._registration import Handle, register_entries, register_global
-from .errors import UnknownEventError, closest
+from .errors import HookError, UnknownEventError, closest
 from .events import CUSTOM, PHASES, callback_object_event, normalize, parse_event
 from .options import Options, Registration, make_options
 
 __all__ = ["Callback", "add_callback", "callback_events", "register_global_callback"]
+
+_blocks_lock = threading.RLock()  # a Callback's `with` blocks (an RLock: registering may re-enter)
 
 
 class Callback:
@@ -53,12 +56,25 @@ class Callback:
         add those (``EarlyStopping[monitor=val_loss,mode=min]``)."""
         return type(self).__qualname__
 
+    # How many `with` blocks of this callback are open (any thread): registered once
+    # while one is, removed when the last closes. Nested and concurrent blocks nest.
+    _hookwrap_blocks: int = 0
+
     def __enter__(self) -> Callback:
-        self._hookwrap_handle = register_global_callback(self)
+        with _blocks_lock:
+            if not self._hookwrap_blocks:
+                self._hookwrap_handle = register_global_callback(self)
+            self._hookwrap_blocks += 1
         return self
 
     def __exit__(self, *exc: object) -> None:
-        handle, self._hookwrap_handle = self._hookwrap_handle, None
+        with _blocks_lock:
+            if not self._hookwrap_blocks:
+                return  # an exit without its enter: nothing of this block is registered
+            self._hookwrap_blocks -= 1
+            if self._hookwrap_blocks:
+                return
+            handle, self._hookwrap_handle = self._hookwrap_handle, None
         if handle is not None:
             handle.remove()
 
@@ -71,14 +87,23 @@ def callback_events(cb: Callback) -> list[tuple[str, str, str, Any]]:
     for klass in reversed(type(cb).__mro__):
         if klass in (Callback, object):
             continue
-        for attr, value in vars(klass).items():
-            if attr in seen or attr.startswith("_") or not callable(value):
+        for attr in vars(klass):
+            if attr in seen or attr.startswith("_"):
                 continue
             parsed = callback_object_event(attr)
             if parsed is None:
                 continue
             seen.add(attr)
-            out.append((attr, parsed[0], parsed[1], getattr(cb, attr)))
+            method = getattr(cb, attr)  # the most derived definition
+            if method is None:  # a subclass turning its base's event method off
+                continue
+            if not callable(method):
+                raise HookError(
+                    f"{type(cb).__qualname__}.{attr} is named like an event method but is a "
+                    f"{type(method).__name__} ({method!r}), not a method. Define `def {attr}(self, ...)`, "
+                    f"or give the attribute a name without a pre_/post_/around_/error_/on_ prefix."
+                )
+            out.append((attr, parsed[0], parsed[1], method))
     return out
 
 

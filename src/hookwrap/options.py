@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from typing import Any, Callable, Iterable, Sequence
 
-from .errors import HookError
+from .errors import HookError, closest
 from .events import CUSTOM, normalize, parse_event
 
 __all__ = ["Gate", "Options", "Registration", "make_options", "order_entries", "process_rank"]
@@ -21,7 +22,17 @@ def process_rank() -> tuple[int, bool]:
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         return dist.get_rank(), True
-    return int(os.environ.get("RANK") or 0), False
+    raw = os.environ.get("RANK") or "0"
+    try:
+        return int(raw), False
+    except ValueError:
+        raise HookError(
+            f"RANK={raw!r} in the environment is not a process rank: torchrun sets it to a whole "
+            f"number. Unset it, or set it to this process's rank."
+        ) from None
+
+
+_once_lock = threading.RLock()  # once=True gates decide under it (RLock: `when` may re-enter)
 
 
 class Gate:
@@ -56,6 +67,12 @@ class Gate:
             return not count % self.every  # type: ignore[operator]
         if self.spent:
             return False
+        if self.once:  # check and spend under one lock: two threads never both fire it
+            with _once_lock:
+                return not self.spent and self._admit(obj)
+        return self._admit(obj)
+
+    def _admit(self, obj: Any) -> bool:
         if self.rank_zero_only:
             rank = self.rank
             if rank is None:
@@ -112,18 +129,27 @@ class Options:
         self.prepend, self.before, self.after, self.gate = state
 
 
+OPTION_NAMES = ("prepend", "before", "after", "every", "once", "when", "rank_zero_only")
+
+
 def make_options(where: str, *, prepend: bool = False, before: Any = (), after: Any = (),
                  every: int | None = None, once: bool = False,
                  when: Callable[[Any], Any] | None = None,
-                 rank_zero_only: bool = False) -> Options | None:
+                 rank_zero_only: bool = False, **unknown: Any) -> Options | None:
     """Check registration options; ``None`` when all are at their defaults."""
+    for name in unknown:
+        raise HookError(
+            f"{where}: {name}= is not a registration option." + closest(name, OPTION_NAMES)
+            + f" Options: {', '.join(OPTION_NAMES)}."
+        )
     if every is not None and (not isinstance(every, int) or isinstance(every, bool) or every < 1):
         raise HookError(f"{where}: every={every!r} must be a whole number >= 1 (fire on calls N, 2N, ...).")
     if when is not None and not callable(when):
         raise HookError(f"{where}: when={when!r} must be a predicate taking the hooked object.")
-    before_t, after_t = _refs(before), _refs(after)
-    if not isinstance(rank_zero_only, bool):
-        raise HookError(f"{where}: rank_zero_only={rank_zero_only!r} must be True or False.")
+    for name, flag in (("prepend", prepend), ("once", once), ("rank_zero_only", rank_zero_only)):
+        if not isinstance(flag, bool):  # "no" would read as true
+            raise HookError(f"{where}: {name}={flag!r} must be True or False.")
+    before_t, after_t = _refs(before, "before", where), _refs(after, "after", where)
     filtered = every is not None or once or when is not None or rank_zero_only
     gate = Gate(every, bool(once), when, rank_zero_only) if filtered else None
     if not (prepend or before_t or after_t or gate):
@@ -131,12 +157,19 @@ def make_options(where: str, *, prepend: bool = False, before: Any = (), after: 
     return Options(bool(prepend), before_t, after_t, gate)
 
 
-def _refs(value: Any) -> tuple[Any, ...]:
+def _refs(value: Any, name: str, where: str) -> tuple[Any, ...]:
+    """An ordering option's references: callbacks, the objects whose methods they
+    are (a Callback, a reader's owner), their classes, or their names."""
     if value is None:
         return ()
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return tuple(value)
-    return (value,)
+    refs = tuple(value) if isinstance(value, (list, tuple, set, frozenset)) else (value,)
+    for ref in refs:
+        if ref is None or isinstance(ref, (bool, int, float, complex, bytes)):
+            raise HookError(
+                f"{where}: {name}={ref!r} names no callback. Give the callback itself, its "
+                f"name, or a Callback object or class."
+            )
+    return refs
 
 
 class Registration(tuple):  # type: ignore[type-arg]
