@@ -337,3 +337,54 @@ def test_innermost_proceed_passes_arguments_as_given_to_a_function(hw):
     assert [shift(0) for _ in range(3)] == [4, 3, 2]
     with pytest.raises(TypeError, match="missing 1 required positional argument: 'x'"):
         shift(0)
+
+
+# --- audit items 6 and 15: advice and callbacks that could only fail at a call -------------
+
+
+def _loop(hw):
+    class Loop(hw.Hookable):
+        @hw.hookable
+        def step(self, batch, /, scale=1, *, keep=False):
+            return batch * scale
+
+    return Loop
+
+
+@pytest.mark.parametrize("advice, message", [
+    (lambda self, proceed: proceed(), r"argument 'batch' cannot be passed to the advice"),
+    (lambda self, proceed, **k: proceed(**k), r"argument 'batch' cannot be passed to the advice"),
+    (lambda self, proceed, batch, scale=1: proceed(batch, scale), r"argument 'keep' cannot be passed"),
+    (lambda proceed: proceed(), r"around advice is called as fn\(self, proceed, \*args, \*\*kwargs\)"),
+])
+def test_around_advice_that_cannot_take_the_arguments_is_refused(hw, advice, message):
+    with pytest.raises(hw.CallbackSignatureError, match=message):
+        _loop(hw)().around("step", advice)
+
+
+def test_around_advice_naming_the_arguments_is_accepted(hw):
+    loop = _loop(hw)()
+    loop.around("step", lambda self, proceed, batch, scale=1, keep=False: proceed(batch, scale * 2, keep=keep))
+    assert loop.step(3) == 6
+
+
+def test_async_and_generator_callbacks_on_a_sync_join_point_are_refused(hw):
+    loop = _loop(hw)()
+
+    async def pre(self, batch):
+        return batch
+
+    def gen(self, batch):
+        yield batch
+
+    async def advice(self, proceed, *args, **kwargs):
+        return proceed(*args, **kwargs)
+
+    for fn, verb in ((pre, loop.before), (gen, loop.before), (advice, loop.around)):
+        with pytest.raises(hw.CallbackSignatureError, match="async def or generator function, but the join point is not async"):
+            verb("step", fn)
+    with pytest.raises(hw.HookError, match="when=.* is an async def"):
+        async def ready(obj):
+            return True
+
+        loop.before("step", lambda self: None, when=ready)

@@ -161,3 +161,21 @@ def test_every_spelling_of_an_emit_call(hw):
     t.emit("on_train_batch_end", **many, loss=0)
     assert t.log == [0, 39, 0, 39]
     assert list(inspect.signature(hw.emit).parameters) == ["target", "name", "kwargs"]
+
+
+@pytest.mark.parametrize("emits, message", [
+    ((42,), r"42 is not a custom event name"),
+    ("on_x", r"must be a list of custom event names, like \('on_x',\), not a str"),
+    (("pre-step",), r"'pre-step' is not a custom event name"),
+    (7, r"not a int"),
+])
+def test_emits_is_checked_when_the_class_is_defined(hw, emits, message):
+    """Audit item 18: these passed class definition and failed later, or never."""
+    with pytest.raises(hw.HookError, match=message):
+        type("Loop", (hw.Hookable,), {"emits": emits})
+
+
+def test_emits_declared_in_the_body_is_checked(hw):
+    with pytest.raises(hw.HookError, match=r"'pre-step' is not a custom event name"):
+        class Loop(hw.Hookable):
+            emits = ("on_ok", "pre-step")

@@ -286,6 +286,23 @@ def test_load_callback_state_is_strict_about_what_matches(hw, ht):
     assert hw.callback_state(loop) == {"NanGuard[loss]": {"step": 7}}
 
 
+@pytest.mark.parametrize("saved, message", [
+    ({"NanGuard[loss]": "step 7"}, r"the state saved for 'NanGuard\[loss\]' is a str, not the dict"),
+    ({"NanGuard[loss]": {}}, r"'NanGuard\[loss\]' could not load its saved state \(KeyError: 'step'\); nothing was loaded"),
+    ({"NanGuard[loss]": {"step": 9}, "EarlyStopping[monitor=val_loss,mode=min]": {"step": 3}},
+     r"'EarlyStopping\[monitor=val_loss,mode=min\]' could not load its saved state"),
+])
+def test_bad_saved_state_is_refused_and_nothing_is_loaded(hw, ht, saved, message):
+    """Audit item 22: a bare TypeError/KeyError, or a half-loaded resume, before."""
+    loop = make_loop(hw)
+    loop.add_callback(ht.NanGuard())
+    loop.add_callback(ht.EarlyStopping("val_loss"))
+    before = hw.callback_state(loop)
+    with pytest.raises(hw.HookError, match=message):
+        hw.load_callback_state(loop, saved, strict=False)
+    assert hw.callback_state(loop) == before
+
+
 # --- ProgressBar, StepTimer, GradNorm, LRMonitor, MetricsLogger ---------------------
 
 

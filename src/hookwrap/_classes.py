@@ -34,6 +34,7 @@ def prepare_class(cls: type) -> None:
         if declared is not _ABSENT and not isinstance(declared, ClassCallbacksAttribute):
             record.declared = _parse_declared(cls, declared)
             delattr(cls, "callbacks")  # the per-instance descriptor serves it now
+        _check_emits(cls)
         _keep_overrides_hookable(cls)
         # A class with join points of its own is checked now, so a typo fails at
         # its definition. A mixin (only the inherited `init`) may name events of
@@ -41,6 +42,23 @@ def prepare_class(cls: type) -> None:
         if set(join_points(cls)) - {"init"}:
             check_class_tier(cls)
             record.checked = True
+
+
+def _check_emits(cls: type) -> None:
+    """``emits`` names custom events: a list of identifiers, none a join point's event."""
+    emits = vars(cls).get("emits")
+    if emits is None:
+        return
+    where = f"{cls.__qualname__}.emits"
+    if isinstance(emits, str) or not isinstance(emits, (list, tuple, set, frozenset)):
+        raise HookError(f"{where} must be a list of custom event names, like ({emits!r},), "
+                        f"not a {type(emits).__name__}.")
+    for name in emits:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise HookError(
+                f"{where}: {name!r} is not a custom event name; name one like 'on_train_batch_end' "
+                f"(join point events such as 'pre-step' exist already and are not declared)."
+            )
 
 
 def _parse_declared(cls: type, declared: Any) -> tuple[Any, ...] | None:

@@ -4,6 +4,7 @@ registered."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import threading
@@ -146,6 +147,9 @@ def make_options(where: str, *, prepend: bool = False, before: Any = (), after: 
         raise HookError(f"{where}: every={every!r} must be a whole number >= 1 (fire on calls N, 2N, ...).")
     if when is not None and not callable(when):
         raise HookError(f"{where}: when={when!r} must be a predicate taking the hooked object.")
+    if when is not None and inspect.iscoroutinefunction(getattr(when, "__func__", when)):
+        raise HookError(f"{where}: when={getattr(when, '__qualname__', when)} is an async def: its "
+                        f"coroutine would always read as true. Make it a plain def.")
     for name, flag in (("prepend", prepend), ("once", once), ("rank_zero_only", rank_zero_only)):
         if not isinstance(flag, bool):  # "no" would read as true
             raise HookError(f"{where}: {name}={flag!r} must be True or False.")

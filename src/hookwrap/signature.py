@@ -12,6 +12,7 @@ a callback registered and removed in a loop, or a new closure over the same
 
 from __future__ import annotations
 
+import functools
 import inspect
 import threading
 import weakref
@@ -58,12 +59,13 @@ _SPECIAL = {POST: ("return_value", _RETURN_REF), ERROR: ("exception", _EXCEPTION
 class JoinPointSpec:
     """The parameters of a join point, with one ArgRef per name."""
 
-    __slots__ = ("event", "has_obj", "obj_name", "refs", "returns_none", "where", "__weakref__")
+    __slots__ = ("event", "has_obj", "is_async", "obj_name", "refs", "returns_none", "where", "__weakref__")
 
     def __init__(self, jp: Any) -> None:
         self.event: str = jp.event
         self.where = _join_point_label(jp)
         self.has_obj = jp.binding != FUNCTION
+        self.is_async = bool(jp.is_async)
         try:
             signature = inspect.signature(jp.func)
             params = list(signature.parameters.values())
@@ -177,8 +179,14 @@ def plan_step(fn: Callable[..., Any], phase: int, spec: JoinPointSpec, pass_obj:
             f"{where}: cannot read its signature ({exc}); wrap it in a `def` that names "
             f"the arguments it needs."
         ) from None
+    if not spec.is_async and _makes_awaitable(fn):
+        raise CallbackSignatureError(
+            f"{where}: it is an async def or generator function, but the join point is not async: "
+            f"its coroutine or generator would be taken for its result and never run. Make it a "
+            f"plain def."
+        )
     if phase == AROUND:
-        _check_around(params, pass_obj, where)
+        _check_around(params, pass_obj, spec, where)
         return Step(fn, event, label, phase, pass_obj, (), (), gate)
     for p in params:
         if p.kind in (_P.VAR_POSITIONAL, _P.VAR_KEYWORD):
@@ -239,17 +247,49 @@ def plan_step(fn: Callable[..., Any], phase: int, spec: JoinPointSpec, pass_obj:
     return Step(fn, event, label, phase, pass_obj, tuple(refs), tuple(kwnames), gate)
 
 
-def _check_around(params: list[inspect.Parameter], pass_obj: bool, where: str) -> None:
-    """Around advice is called as ``fn(self, proceed, *args, **kwargs)``."""
+def _makes_awaitable(fn: Any) -> bool:
+    """Does calling ``fn`` make a coroutine or generator instead of running it?"""
+    target = getattr(fn, "__func__", fn)
+    if isinstance(target, functools.partial):
+        target = target.func
+    return inspect.iscoroutinefunction(target) or inspect.isgeneratorfunction(target) \
+        or inspect.isasyncgenfunction(target)
+
+
+def _check_around(params: list[inspect.Parameter], pass_obj: bool, spec: JoinPointSpec, where: str) -> None:
+    """Around advice is called as ``fn(self, proceed, *args, **kwargs)``, with the
+    join point's arguments as the caller passed them: it takes ``*args, **kwargs``,
+    or names every parameter of the join point."""
     positional = [p for p in params if p.kind in (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD)]
     has_var = any(p.kind == _P.VAR_POSITIONAL for p in params)
+    has_var_kw = any(p.kind == _P.VAR_KEYWORD for p in params)
     needed = 2 if pass_obj else 1
+    head = "self, proceed" if pass_obj else "proceed"
+    fix = (f"write `def around({head}, *args, **kwargs)` and call proceed(*args, **kwargs) once, "
+           f"or name the join point's parameters after `{head}`.")
     if len(positional) < needed and not has_var:
-        head = "self, proceed" if pass_obj else "proceed"
-        raise CallbackSignatureError(
-            f"{where}: around advice is called as fn({head}, *args, **kwargs) and must call "
-            f"proceed(*args, **kwargs) once; write `def around({head}, *args, **kwargs)`."
-        )
+        raise CallbackSignatureError(f"{where}: around advice is called as fn({head}, *args, **kwargs); {fix}")
+    if has_var and has_var_kw:
+        return
+    named = {p.name for p in params[needed:] if p.kind in (_P.POSITIONAL_OR_KEYWORD, _P.KEYWORD_ONLY)}
+    for ref in spec.refs.values():
+        if ref.kind == VAR_POS and not has_var:
+            raise CallbackSignatureError(f"{where}: the join point takes *{ref.name}, which the advice "
+                                         f"cannot be given; {fix}")
+        if ref.kind == VAR_KW and not has_var_kw:
+            raise CallbackSignatureError(f"{where}: the join point takes **{ref.name}, which the advice "
+                                         f"cannot be given; {fix}")
+        if ref.kind == POS_ONLY:
+            passed = has_var or len(positional) - needed > ref.index - int(pass_obj)
+        elif ref.kind == POS_OR_KW:
+            passed = ref.name in named or has_var or has_var_kw
+        elif ref.kind == KW_ONLY:
+            passed = ref.name in named or has_var_kw
+        else:
+            passed = True
+        if not passed:
+            raise CallbackSignatureError(f"{where}: the join point's argument {ref.name!r} cannot be "
+                                         f"passed to the advice; {fix}")
 
 
 def _join_point_label(jp: Any) -> str:

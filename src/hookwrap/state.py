@@ -4,6 +4,7 @@ early-stopping counters, best scores and step counts."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from .describe import describe
@@ -62,6 +63,26 @@ def load_callback_state(obj: Any, state: dict[str, Any], strict: bool = True) ->
             + ". Attach the same callbacks as when the state was saved before loading, or pass "
             "strict=False to load what matches."
         )
+    for key in attached:
+        if key in state and not isinstance(state[key], Mapping):
+            raise HookError(
+                f"load_callback_state({type(obj).__qualname__}): the state saved for {key!r} is a "
+                f"{type(state[key]).__name__}, not the dict its state_dict() returns. Load the "
+                f"'callbacks' entry that hookwrap.callback_state() saved."
+            )
+    before = {key: cb.state_dict() for key, cb in attached.items() if key in state}
+    loaded: list[str] = []
     for key, cb in attached.items():
-        if key in state:
+        if key not in state:
+            continue
+        try:
             cb.load_state_dict(state[key])
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            for done in loaded + [key]:  # all or nothing: the callbacks as they were
+                attached[done].load_state_dict(before[done])
+            raise HookError(
+                f"load_callback_state({type(obj).__qualname__}): {key!r} could not load its saved "
+                f"state ({type(exc).__name__}: {exc}); nothing was loaded. Was it saved from a "
+                f"callback of the same kind and version?"
+            ) from exc
+        loaded.append(key)
