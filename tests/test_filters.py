@@ -174,3 +174,26 @@ def test_once_with_when_fires_once_under_concurrent_calls(hw):
     for thread in threads:
         thread.join()
     assert fired == [1]
+
+
+def test_a_shallow_copy_counts_its_own_calls(hw):
+    """Audit item 9: copy.copy shared the every/once counters with the original."""
+    import copy
+
+    class Trainer(hw.Hookable):
+        @hw.hookable
+        def step(self, i: int) -> int:
+            return i
+
+    fired: list[str] = []
+    original = Trainer()
+    original.after("step", lambda self: fired.append("every"), every=2)
+    original.after("step", lambda self: fired.append("once"), once=True)
+    original.step(0)  # counted once, once spent
+    duplicate = copy.copy(original)
+    duplicate.step(0)  # its own counter: 2, fires; its once: already spent as copied
+    original.step(0)  # the original's counter: 2, fires
+    assert fired == ["once", "every", "every"]
+    duplicate.step(0)
+    original.step(0)
+    assert fired == ["once", "every", "every"]

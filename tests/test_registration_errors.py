@@ -258,3 +258,34 @@ def test_hookwrap_no_extensions_reads_false_values_as_false(value, pure):
                          capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == str(pure)
+
+
+def test_a_post_callback_returning_an_argument_is_told_it_cannot_replace_it(hw):
+    """Audit item 19: it was told it 'takes no arguments'."""
+    class Loop(hw.Hookable):
+        @hw.hookable
+        def step(self, batch: int) -> int:
+            return batch
+
+    loop = Loop()
+    loop.after("step", lambda self, batch: batch)
+    with pytest.raises(hw.CallbackReturnError,
+                       match=r"a post callback reads the arguments \('batch'\) but cannot replace them"):
+        loop.step(1)
+
+
+def test_a_returned_value_with_a_broken_repr_does_not_hide_the_error(hw):
+    """Audit item 14 (second half)."""
+    class Loop(hw.Hookable):
+        @hw.hookable
+        def step(self) -> None:
+            pass
+
+    class Broken:
+        def __repr__(self) -> str:
+            raise RuntimeError("no repr")
+
+    loop = Loop()
+    loop.before("step", lambda self: Broken())
+    with pytest.raises(hw.CallbackReturnError, match="returned a Broken .<Broken whose repr raised RuntimeError>."):
+        loop.step()

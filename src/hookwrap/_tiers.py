@@ -36,7 +36,7 @@ from ._owners import (
 )
 from .errors import CallbackPicklingError, HookError
 from .events import CUSTOM, callback_method_event, normalize
-from .options import Registration, order_entries
+from .options import Options, Registration, order_entries
 from .signature import callable_label
 
 __all__ = [
@@ -320,11 +320,22 @@ class InstanceHooks(HookState):
         return (InstanceHooks, (self.cls, list(self.callbacks)))
 
     def __copy__(self) -> InstanceHooks:
-        return InstanceHooks(self.cls, self.callbacks)
+        # The same callbacks, each with filters of its own (every/once counters go on
+        # from where they are, apart from the original's).
+        return InstanceHooks(self.cls, [_with_own_filters(entry) for entry in self.callbacks])
 
     def __deepcopy__(self, memo: dict[int, Any]) -> InstanceHooks:
         # Copying is not pickling: a lambda callback is copied as it is.
         return InstanceHooks(self.cls, copy.deepcopy(list(self.callbacks), memo))
+
+
+def _with_own_filters(entry: Any) -> Any:
+    options = getattr(entry, "options", None)
+    if options is None or options.gate is None:
+        return entry
+    gate = copy.copy(options.gate)
+    return Registration(entry[0], entry[1], Options(options.prepend, options.before, options.after, gate),
+                        (entry.phase, entry.name))
 
 
 def instance_state(obj: Any, create: bool = True) -> InstanceHooks | None:

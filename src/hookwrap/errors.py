@@ -90,7 +90,7 @@ def check_var_value(step: Any, ref: Any, value: Any) -> None:
         )
 
 
-_ERROR_PHASE = 3  # Step.phase of error callbacks, see _fast_py
+_POST_PHASE, _ERROR_PHASE = 1, 3  # Step.phase of post and error callbacks, see _fast_py
 
 
 def return_error(step: Any, raw: Any, names: tuple[str, ...]) -> CallbackReturnError:
@@ -101,7 +101,12 @@ def return_error(step: Any, raw: Any, names: tuple[str, ...]) -> CallbackReturnE
             f"callbacks observe: they return None and the exception propagates. To recover "
             f"from the error, use around advice (obj.around) instead."
         )
-    if not names:
+    read = [ref.name for ref in getattr(step, "refs", ()) if ref.name != "return_value"]
+    if not names and step.phase == _POST_PHASE and read:
+        want = (f"None: a post callback reads the arguments ({', '.join(map(repr, read))}) but "
+                f"cannot replace them, the call is over")
+        fix = "drop the return value, or take return_value to replace the result"
+    elif not names:
         want = "None, since it takes no arguments and so consumes nothing"
         fix = "drop the return value, or take the argument you mean to replace"
     elif len(names) == 1:
@@ -124,7 +129,10 @@ def emit_return_error(label: str, name: str, result: Any) -> CallbackReturnError
 
 
 def _short_repr(value: Any) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except Exception as exc:  # a broken __repr__ must not hide the error being reported
+        return f"<{type(value).__name__} whose repr raised {type(exc).__name__}>"
     return text if len(text) <= 60 else text[:57] + "..."
 
 

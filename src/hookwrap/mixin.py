@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 from typing import TYPE_CHECKING, Any, Callable
 
 from ._classes import ClassCallbacksAttribute, declared_callbacks, prepare_class
 from ._dispatch import STATE_KEY
 from ._registration import Handle, register
-from ._tiers import InstanceHooks, instance_state
+from ._tiers import instance_state
 from .callback import Callback, add_callback
 from .emit import emit
 from .errors import HookError
@@ -98,14 +99,15 @@ class Hookable:
         return add_callback(self, callback, **options)
 
     def __copy__(self) -> Any:
-        # A shallow copy gets its own instance callbacks list (same entries), so
-        # registering on the copy does not change the original.
+        # A shallow copy gets its own instance callbacks list (same callbacks, each
+        # with filter counters of its own), so registering on the copy, or calling
+        # it, does not change the original.
         cls = type(self)
         clone = cls.__new__(cls)
         clone.__dict__.update(self.__dict__)
         state = self.__dict__.get(STATE_KEY)
         if state is not None:
-            clone.__dict__[STATE_KEY] = InstanceHooks(state.cls, state.callbacks)
+            clone.__dict__[STATE_KEY] = copy.copy(state)
         return clone
 
 
