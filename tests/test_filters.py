@@ -197,3 +197,25 @@ def test_a_shallow_copy_counts_its_own_calls(hw):
     duplicate.step(0)
     original.step(0)
     assert fired == ["once", "every", "every"]
+
+
+def test_a_raising_when_predicate_is_noted_with_the_callback_it_filters(hw):
+    """Audit item 24 (first part)."""
+    class Trainer(hw.Hookable):
+        @hw.hookable
+        def step(self, i: int) -> int:
+            return i
+
+    def ready(obj: Any) -> bool:
+        raise ValueError("not ready")
+
+    def log_step(self: Any) -> None:
+        pass
+
+    trainer = Trainer()
+    trainer.after("step", log_step, when=ready)
+    with pytest.raises(ValueError, match="not ready") as caught:
+        trainer.step(1)
+    notes = getattr(caught.value, "__notes__", [])
+    assert any("raised in the when= predicate of callback" in note and "log_step" in note
+               and "'post-step'" in note for note in notes), notes

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 
@@ -97,3 +99,44 @@ def test_ordering_by_callback_object(hw):
     t.before("step", recorder(log, "by class"), before=Logger)
     t.step()
     assert log == ["first", "by class", "logger"]
+
+
+def test_many_prepends_and_a_long_before_chain_stay_cheap(hw, monkeypatch):
+    """Audit item 13: 400 prepend=True registrations took 6.5 s (every registration
+    matched every pair of entries), and a long before= chain ended in a bare
+    RecursionError. Counted, not timed: prepend alone matches no pair at all."""
+    import sys
+
+    import hookwrap.options as options
+
+    matched = []
+    real_matches = options._matches
+    monkeypatch.setattr(options, "_matches", lambda ref, fn: matched.append(1) or real_matches(ref, fn))
+    t = make(hw)
+    log: list[int] = []
+
+    def numbered(i: int) -> Any:
+        def cb(self: Any) -> None:
+            log.append(i)
+        cb.__name__ = cb.__qualname__ = f"cb{i}"
+        return cb
+
+    for i in range(400):
+        t.before("step", numbered(i), prepend=True)
+    t.step()
+    assert log == list(range(399, -1, -1))
+    assert matched == []
+
+    # A chain of before= deeper than the recursion limit: ordered without recursing.
+    from hookwrap.options import Registration, make_options, order_entries
+
+    fns = [numbered(i) for i in range(300)]
+    entries = [Registration("pre-step", fns[0])] + [
+        Registration("pre-step", fns[i], make_options("test", before=fns[i - 1])) for i in range(1, 300)]
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(150)
+    try:
+        ordered = order_entries(entries)
+    finally:
+        sys.setrecursionlimit(limit)
+    assert [e[1] for e in ordered] == fns[::-1]

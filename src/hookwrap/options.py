@@ -8,7 +8,7 @@ import inspect
 import os
 import sys
 import threading
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 from .errors import HookError, closest
 from .events import CUSTOM, normalize, parse_event
@@ -45,7 +45,7 @@ class Gate:
     process of rank 0 (torch.distributed): elsewhere nothing counts.
     """
 
-    __slots__ = ("every", "once", "when", "rank_zero_only", "count", "spent", "rank", "every_only")
+    __slots__ = ("every", "once", "when", "rank_zero_only", "count", "spent", "rank", "every_only", "label")
 
     def __init__(self, every: int | None, once: bool, when: Callable[[Any], Any] | None,
                  rank_zero_only: bool = False) -> None:
@@ -57,6 +57,7 @@ class Gate:
         self.spent = False
         self.rank: int | None = None  # kept once the process group says it
         self.every_only = self._every_only()
+        self.label: str | None = None  # the callback it filters, for notes (set when planned)
 
     def _every_only(self) -> bool:
         """``every=N`` and nothing else: admit() counts and tests, no other checks."""
@@ -82,8 +83,14 @@ class Gate:
                     self.rank = rank
             if rank != 0:
                 return False
-        if self.when is not None and not self.when(obj):
-            return False
+        if self.when is not None:
+            try:
+                admitted = self.when(obj)
+            except Exception as exc:
+                exc.add_note(f"hookwrap: raised in the when= predicate of callback {self.label}")
+                raise
+            if not admitted:
+                return False
         self.count += 1
         if self.every is not None and self.count % self.every:
             return False
@@ -98,6 +105,7 @@ class Gate:
     def __setstate__(self, state: Any) -> None:
         self.every, self.once, self.when, self.rank_zero_only, self.count, self.spent = state
         self.rank = None
+        self.label = None
         self.every_only = self._every_only()
 
     def __repr__(self) -> str:
@@ -229,17 +237,24 @@ def _label(fn: Any) -> str:
 def order_entries(entries: Sequence[Any], fn_of: Callable[[Any], Any] = lambda e: e[1]) -> list[Any]:
     """Registration order; ``prepend=True`` ones first (the latest first); then
     ``before=``/``after=``: each entry pulls what must precede it forward, and
-    everything else keeps its place. A cycle raises HookError naming it."""
+    everything else keeps its place. A cycle raises HookError naming it.
+
+    Linear without ordering references (prepend alone); with them, each reference
+    is matched once against every entry, and the placing walks without recursion,
+    so a long chain of ``before=`` neither takes cubic time nor overflows the stack."""
     if not any(options_of(e) is not None for e in entries):
         return list(entries)
     prepended = [e for e in entries if (options_of(e) and options_of(e).prepend)]  # type: ignore[union-attr]
-    base = prepended[::-1] + [e for e in entries if not _is_in(e, prepended)]
+    prepended_ids = {id(e) for e in prepended}
+    base = prepended[::-1] + [e for e in entries if id(e) not in prepended_ids]
+    if not any(opts.before or opts.after for opts in map(options_of, base) if opts is not None):
+        return base
     n = len(base)
     fns = [fn_of(e) for e in base]
     pred: list[set[int]] = [set() for _ in range(n)]  # pred[j]: what must run before j
     for i, entry in enumerate(base):
         opts = options_of(entry)
-        if opts is None:
+        if opts is None or not (opts.before or opts.after):
             continue
         for j in range(n):
             if j == i:
@@ -249,32 +264,35 @@ def order_entries(entries: Sequence[Any], fn_of: Callable[[Any], Any] = lambda e
             if any(_matches(ref, fns[j]) for ref in opts.after):
                 pred[i].add(j)
     # Depth first, in base order: an entry pulls what must precede it forward,
-    # and otherwise everything keeps its place.
+    # and otherwise everything keeps its place. An explicit stack of (entry, what
+    # of its predecessors is left to place).
     out: list[int] = []
     placed: set[int] = set()
-    stack: list[int] = []
-
-    def place(i: int) -> None:
-        if i in placed:
-            return
-        if i in stack:
-            cycle = stack[stack.index(i):] + [i]
-            names = " -> ".join(_label(fns[k]) for k in cycle[::-1])
-            raise HookError(
-                f"before=/after= constraints form a cycle: {names} (each runs before the "
-                f"next). Remove one of these constraints."
-            )
-        stack.append(i)
-        for k in sorted(pred[i]):
-            place(k)
-        stack.pop()
-        placed.add(i)
-        out.append(i)
-
-    for i in range(n):
-        place(i)
+    for start in range(n):
+        if start in placed:
+            continue
+        path: list[int] = [start]
+        on_path = {start}
+        todo: list[list[int]] = [sorted(pred[start], reverse=True)]
+        while path:
+            if todo[-1]:
+                k = todo[-1].pop()
+                if k in placed:
+                    continue
+                if k in on_path:
+                    cycle = path[path.index(k):] + [k]
+                    names = " -> ".join(_label(fns[m]) for m in cycle[::-1])
+                    raise HookError(
+                        f"before=/after= constraints form a cycle: {names} (each runs before the "
+                        f"next). Remove one of these constraints."
+                    )
+                path.append(k)
+                on_path.add(k)
+                todo.append(sorted(pred[k], reverse=True))
+                continue
+            done = path.pop()
+            on_path.discard(done)
+            todo.pop()
+            placed.add(done)
+            out.append(done)
     return [base[i] for i in out]
-
-
-def _is_in(entry: Any, group: Iterable[Any]) -> bool:
-    return any(entry is g for g in group)

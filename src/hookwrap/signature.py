@@ -170,6 +170,8 @@ def plan_step(fn: Callable[..., Any], phase: int, spec: JoinPointSpec, pass_obj:
     event = f"{PHASE_NAMES[phase]}-{spec.event}"
     label = callable_label(fn)
     where = f"callback {label} for event {event!r} of {spec.where}"
+    if gate is not None:
+        gate.label = f"{label} for event {event!r}"
     if not callable(fn):
         raise CallbackSignatureError(f"{where}: {fn!r} is not callable; register a function.")
     try:
