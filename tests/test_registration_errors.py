@@ -289,3 +289,32 @@ def test_a_returned_value_with_a_broken_repr_does_not_hide_the_error(hw):
     loop.before("step", lambda self: Broken())
     with pytest.raises(hw.CallbackReturnError, match="returned a Broken .<Broken whose repr raised RuntimeError>."):
         loop.step()
+
+
+def test_registering_on_an_object_without_join_points_names_the_fix(hw):
+    """Audit item 20: it suggested registering on `object`."""
+    class Plain:
+        def step(self) -> None:
+            pass
+
+    with pytest.raises(hw.UnknownEventError, match=r"object has no join points; it is a built-in type"):
+        hw.before(object(), "step", lambda self: None)
+    with pytest.raises(hw.UnknownEventError, match=r"Plain has no join points; .*hookwrap\.weave\(.*Plain, 'step'\)"):
+        hw.before(Plain(), "step", lambda self: None)
+    assert "__hookwrap__" not in vars(Plain) and "__hookwrap_class__" not in vars(Plain)
+
+
+def test_a_join_point_called_with_a_foreign_self_runs_as_the_plain_method(hw):
+    """Audit item 20: H.m(other, ...) refused, or wrote hookwrap's attributes into other's class."""
+    class H(hw.Hookable):
+        @hw.hookable
+        def m(self, x: int) -> int:
+            return x
+
+    class Other:
+        pass
+
+    hw.before(H, "m", lambda self, x: x + 1)
+    assert H.m(object(), 1) == 1 and H.m(Other(), 1) == 1  # as `def m` alone would
+    assert "__hookwrap_class__" not in vars(Other) and "__hookwrap__" not in vars(Other)
+    assert H().m(1) == 2

@@ -74,6 +74,11 @@ class Planner:
             if jp.binding == FUNCTION and jp.owner is None:
                 record: Any = function_record(jp)
             else:
+                if jp.owner is not None and isinstance(tp, type) and not issubclass(tp, jp.owner):
+                    # A foreign self (H.m(other, ...)): the method runs as plain Python
+                    # would run it, with no callbacks, and nothing is kept on `tp`.
+                    note_planned(jp)
+                    return Chain(tp, False, (), ())
                 record = class_record(tp)
                 if not fires(jp, tp):
                     # A super() call, or a call that began before weave's remove()

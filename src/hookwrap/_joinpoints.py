@@ -16,6 +16,7 @@ __all__ = [
     "all_join_points",
     "declared_custom_events",
     "find_join_point",
+    "has_join_points",
     "fires",
     "join_points",
     "known_events",
@@ -69,6 +70,13 @@ def join_points(tp: type) -> dict[str, Any]:
         found = _scan(tp)
         record.join_points = found
     return found
+
+
+def has_join_points(tp: type) -> bool:
+    """Does ``tp`` have any join point? Asked without keeping a record on ``tp``."""
+    if class_record(tp, create=False) is not None:
+        return bool(join_points(tp))
+    return any(join_point_of(value) is not None for klass in tp.__mro__ for value in list(vars(klass).values()))
 
 
 def _scan(tp: type) -> dict[str, Any]:

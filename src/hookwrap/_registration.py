@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from ._checks import check_custom_callback, check_registration, planned_step
 from ._dispatch import FUNCTION, join_point_of
-from ._joinpoints import all_join_points, spec_of
+from ._joinpoints import all_join_points, has_join_points, spec_of
 from ._owners import GLOBAL, changed_class, changed_function, changed_global, class_record, function_record, lock
 from ._tiers import instance_state
 from .errors import CallbackSignatureError, HookError, UnknownEventError, closest
@@ -153,6 +153,12 @@ def register_entries(target: Any, registrations: list[Registration], where: str)
         assert record is not None
         return _add(record.registrations, registrations,
                     lambda entry: changed_class(cls, entry.name))
+    if any(r.phase != CUSTOM for r in registrations) and not has_join_points(type(target)):
+        tp = type(target)
+        fix = (f"it is a built-in type: hook the Python code that uses it" if tp.__flags__ & (1 << 8)
+               else f"make its methods hookable with @hookwrap.hookable, or, for a class you cannot "
+                    f"edit, hookwrap.weave({tp.__qualname__}, {registrations[0].name!r})")
+        raise UnknownEventError(f"{where}: {tp.__qualname__} has no join points; {fix}.")
     state = instance_state(target)
     assert state is not None
     return _add(state.callbacks, registrations, None)
