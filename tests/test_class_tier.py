@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 
 def base_trainer(hw, log):
     class Trainer(hw.Hookable):
@@ -249,3 +251,27 @@ def test_mixin_callbacks_for_events_defined_elsewhere(hw):
 
     MyTrainer().step(3)
     assert log == ["init", ("step", 3), ("logged", 3)]
+
+
+def test_a_base_whose_init_subclass_forgets_super_still_prepares_subclasses(hw):
+    """Audit item 3: class callbacks of such subclasses never ran, typos went unnoticed."""
+    seen = []
+
+    class Base(hw.Hookable):
+        def __init_subclass__(cls, **kwargs):  # no super().__init_subclass__()
+            seen.append(cls.__name__)
+
+        @hw.hookable
+        def step(self, x):
+            return x
+
+    class Trainer(Base):
+        def pre_step_callback(self, x):
+            return x * 10
+
+    assert seen == ["Trainer"]
+    assert Trainer().step(1) == 10
+    with pytest.raises(hw.UnknownEventError, match="stpe"):
+        class Typo(Base):
+            def pre_stpe_callback(self, x):
+                return x

@@ -3,6 +3,7 @@ list, keep overrides of join points hookable, and check its class tier."""
 
 from __future__ import annotations
 
+import functools
 from types import FunctionType
 from typing import Any
 
@@ -29,7 +30,10 @@ def prepare_class(cls: type) -> None:
     with lock:
         record = class_record(cls)
         assert record is not None
+        if record.prepared:
+            return
         record.prepared = True
+        _prepare_subclasses_too(cls)
         declared = vars(cls).get("callbacks", _ABSENT)
         if declared is not _ABSENT and not isinstance(declared, ClassCallbacksAttribute):
             record.declared = _parse_declared(cls, declared)
@@ -42,6 +46,26 @@ def prepare_class(cls: type) -> None:
         if set(join_points(cls)) - {"init"}:
             check_class_tier(cls)
             record.checked = True
+
+
+def _prepare_subclasses_too(cls: type) -> None:
+    """A class defining ``__init_subclass__`` may forget ``super().__init_subclass__()``,
+    and then Hookable never sees its subclasses: their class callbacks would never run
+    and their typos go unnoticed. Its own runs first, then the subclass is prepared
+    unless that call reached Hookable already."""
+    own = vars(cls).get("__init_subclass__")
+    if own is None or getattr(own, "__hookwrap_prepares__", False):
+        return
+    func = own.__func__ if isinstance(own, classmethod) else own
+
+    @functools.wraps(func)
+    def __init_subclass__(sub: type, **kwargs: Any) -> None:
+        func(sub, **kwargs)
+        prepare_class(sub)  # nothing more where Hookable's ran
+
+    prepared: Any = classmethod(__init_subclass__)  # type: ignore[arg-type, unused-ignore]
+    prepared.__hookwrap_prepares__ = True
+    type.__setattr__(cls, "__init_subclass__", prepared)
 
 
 def _check_emits(cls: type) -> None:
