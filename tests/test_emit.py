@@ -179,3 +179,19 @@ def test_emits_declared_in_the_body_is_checked(hw):
     with pytest.raises(hw.HookError, match=r"'pre-step' is not a custom event name"):
         class Loop(hw.Hookable):
             emits = ("on_ok", "pre-step")
+
+
+def test_a_listener_without_self_is_refused_not_handed_the_object(hw):
+    """Audit item 7: `lambda loss: ...` got the object as `loss`."""
+    class Loop(hw.Hookable):
+        emits = ("on_batch_end",)
+
+    loop, seen = Loop(), []
+
+    def record(loss):
+        seen.append(loss)
+
+    loop.on("on_batch_end", record)
+    with pytest.raises(hw.HookError, match=r"first parameter 'loss' receives the object that emits the event"):
+        loop.emit("on_batch_end", loss=0.5)
+    assert seen == []

@@ -21,16 +21,18 @@ __all__ = ["emit"]
 
 
 class _Listener:
-    __slots__ = ("fn", "label", "names", "required", "gate")
+    __slots__ = ("fn", "label", "names", "required", "gate", "first")
 
     def __init__(self, fn: Any, gate: Any) -> None:
         self.fn = fn
         self.label = callable_label(fn)
         self.gate = gate
         try:
-            params = callback_parameters(fn)[1:]  # first: the emitter
+            params = callback_parameters(fn)
         except (TypeError, ValueError):
             params = []
+        self.first = params[0].name if params else None  # receives the emitter
+        params = params[1:]
         self.names = tuple(p.name for p in params)
         self.required = frozenset(p.name for p in params if p.default is p.empty)
 
@@ -67,6 +69,13 @@ class EmitPlanner:
         keyword it requires fails here, every time."""
         steps = []
         for listener in event.listeners:
+            if listener.first in shape and listener.first != "self":
+                raise HookError(
+                    f"{_where(tp, name)}: callback {listener.label}'s first parameter "
+                    f"{listener.first!r} receives the object that emits the event, not the keyword "
+                    f"{listener.first!r}. Add `self` before it: `def {listener.label.split(' ')[0].rsplit('.', 1)[-1]}"
+                    f"(self, {listener.first}, ...)`."
+                )
             missing = listener.required.difference(shape)
             if missing:
                 raise HookError(
