@@ -308,3 +308,33 @@ def test_a_hookable_module_compiles_on_cuda_with_its_callbacks_in_the_graph(hw):
     model.after("forward", _add_one)  # registered after compiling: recompiles
     compiled = torch.compile(model)
     assert torch.allclose(compiled(x), eager + 1, atol=1e-5)
+
+
+def test_a_full_collection_while_torch_compile_works_keeps_the_chains_it_traced(hw):
+    """A gen-2 collection started inside torch.compile (Dynamo allocates a lot) emptied
+    the hot caches whose runners the guards being built read: Dynamo failed with
+    'KeyError: 2' while creating a guard. Such a collection now leaves them."""
+    import sys
+
+    from torch._guards import CompileContext, compile_context
+
+    class Loop(hw.Hookable):
+        @hw.hookable
+        def step(self, x: Any) -> Any:
+            return x
+
+    loop = Loop()
+    loop.before("step", lambda self, x: x)
+    loop.step(1)
+    jp = vars(Loop)["step"]
+    jp = getattr(jp, "__hookwrap_join_point__", jp)
+    release = sys.modules["hookwrap._chains"]._release_hot_caches
+    chain = jp._chain if hasattr(jp, "_chain") else None
+    with compile_context(CompileContext(None)):
+        release("start", {"generation": 2})
+    if chain is not None:  # the pure twin's hot cache is readable: it was kept
+        assert jp._chain is chain
+    release("start", {"generation": 2})  # outside a compile: emptied as before
+    if chain is not None:
+        assert jp._chain is not chain
+    assert loop.step(2) == 2

@@ -141,6 +141,12 @@ def _release_hot_caches(phase: str, info: dict[str, Any]) -> None:
     """gc callback: before a full collection, empty every join point's hot cache (it
     holds the class of its last call); the next call finds its chain again."""
     if phase == "start" and info.get("generation") == 2:
+        guards = sys.modules.get("torch._guards")
+        if guards is not None and guards.CompileContext.try_get() is not None:
+            # torch.compile is at work in this thread: the guards it is building read
+            # the chains it traced (a chain's runners); emptied now, building them
+            # fails (KeyError inside Dynamo). The next full collection frees them.
+            return
         for jp in all_join_points():
             jp.forget_last_chain()
 
