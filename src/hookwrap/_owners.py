@@ -42,6 +42,7 @@ __all__ = [
     "drop_chains",
     "drop_emit_events",
     "function_record",
+    "is_builtin_type",
     "lock",
     "rebuild",
     "traced_ones",
@@ -137,6 +138,12 @@ class ClassRecord(Record):
 # Every record, weakly: a global registration reaches each of them.
 _records: weakref.WeakSet[Record] = weakref.WeakSet()
 GLOBAL = Record()
+
+
+def is_builtin_type(cls: type) -> bool:
+    """A built-in or extension type (Py_TPFLAGS_IMMUTABLETYPE): its attributes cannot
+    be set, so it holds no record, no join point and no woven method."""
+    return bool(cls.__flags__ & (1 << 8))
 
 
 def class_record(cls: type, create: bool = True) -> ClassRecord | None:

@@ -7,12 +7,13 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable
 
-from ._checks import check_custom_callback, check_registration, planned_step
+from ._checks import check_custom_callback, check_registration, fitting_step, planned_step
 from ._dispatch import FUNCTION, join_point_of
 from ._joinpoints import all_join_points, has_join_points, spec_of
-from ._owners import GLOBAL, changed_class, changed_function, changed_global, class_record, function_record, lock
+from ._owners import (GLOBAL, changed_class, changed_function, changed_global, class_record, function_record,
+                      is_builtin_type, lock)
 from ._tiers import instance_state
-from .errors import CallbackSignatureError, HookError, UnknownEventError, closest
+from .errors import HookError, UnknownEventError, closest
 from .events import CUSTOM, PHASES, normalize, parse_event
 from .options import Registration, make_options, order_entries
 from .signature import callable_label
@@ -155,7 +156,7 @@ def register_entries(target: Any, registrations: list[Registration], where: str)
                     lambda entry: changed_class(cls, entry.name))
     if any(r.phase != CUSTOM for r in registrations) and not has_join_points(type(target)):
         tp = type(target)
-        fix = (f"it is a built-in type: hook the Python code that uses it" if tp.__flags__ & (1 << 8)
+        fix = ("it is a built-in type: hook the Python code that uses it" if is_builtin_type(tp)
                else f"make its methods hookable with @hookwrap.hookable, or, for a class you cannot "
                     f"edit, hookwrap.weave({tp.__qualname__}, {registrations[0].name!r})")
         raise UnknownEventError(f"{where}: {tp.__qualname__} has no join points; {fix}.")
@@ -204,12 +205,7 @@ def register_global(registrations: list[Registration], where: str) -> Handle:
                 + closest(registration[0], known)
                 + " Define or import the hookable code before registering a global callback for it."
             )
-        errors = []
-        for jp in matching:  # it must fit one; it runs on those it fits (fitting_step)
-            try:
-                planned_step(registration, spec_of(jp))
-            except CallbackSignatureError as exc:
-                errors.append(exc)
-        if len(errors) == len(matching):
-            raise errors[0]
+        # It runs on the join points it fits (fitting_step) and must fit one.
+        if all(fitting_step(registration, spec_of(jp)) is None for jp in matching):
+            planned_step(registration, spec_of(matching[0]))  # raises why it does not fit
     return _add(GLOBAL.registrations, registrations, lambda entry: changed_global(entry.name))

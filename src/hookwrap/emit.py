@@ -73,8 +73,8 @@ class EmitPlanner:
                 raise HookError(
                     f"{_where(tp, name)}: callback {listener.label}'s first parameter "
                     f"{listener.first!r} receives the object that emits the event, not the keyword "
-                    f"{listener.first!r}. Add `self` before it: `def {listener.label.split(' ')[0].rsplit('.', 1)[-1]}"
-                    f"(self, {listener.first}, ...)`."
+                    f"{listener.first!r}. Add `self` before it: "
+                    f"`def {getattr(listener.fn, '__name__', 'callback')}(self, {listener.first}, ...)`."
                 )
             missing = listener.required.difference(shape)
             if missing:

@@ -38,7 +38,6 @@ import importlib.util
 import os
 import re
 import sys
-import traceback
 from dataclasses import dataclass, field
 from types import CodeType, ModuleType, TracebackType
 from typing import Any, Sequence
@@ -126,10 +125,7 @@ class Runner:
             raise BadInput(f"{PROG}: {path!r}: no such file. Give the path of the script to run.")
         with open(path, "rb") as f:
             source = f.read()
-        try:
-            tree = ast.parse(source, path)
-        except SyntaxError:
-            raise  # reported like python would, as the script's own error
+        tree = ast.parse(source, path)  # a SyntaxError is reported as python would report it
         self._alias_script_module()
         for target in self.weaves:
             if target.in_script:
@@ -236,8 +232,11 @@ class Runner:
 
         from .callback import Callback
 
+        def is_callback(value: Any) -> bool:  # what register_global_callback takes
+            return isinstance(value, Callback) or (isinstance(value, tuple) and len(value) == 2)
+
         if not isinstance(expr, str):  # run(callbacks=[StepTimer()]): an object already
-            if isinstance(expr, Callback) or (isinstance(expr, tuple) and len(expr) == 2):
+            if is_callback(expr):
                 return expr
             raise BadInput(f"{PROG}: callback {expr!r} is not a hookwrap.Callback or an ('event', fn) pair.")
 
@@ -265,7 +264,7 @@ class Runner:
                 value = value()
             except TypeError as exc:
                 raise BadInput(f"{PROG}: --callback {expr!r}: {exc}; call it with its arguments.") from None
-        if not isinstance(value, Callback) and not (isinstance(value, tuple) and len(value) == 2):
+        if not is_callback(value):
             raise BadInput(
                 f"{PROG}: --callback {expr!r} is a {type(value).__name__}, not a callback. Give a "
                 f"hookwrap.Callback (StepTimer(), NanGuard(events='loss')) or an ('event', fn) pair."

@@ -25,7 +25,7 @@ import wrapt
 
 from ._dispatch import join_point_of
 from ._joinpoints import join_points, name_join_point
-from ._owners import changed_class, discard_class_record, with_subclasses
+from ._owners import changed_class, discard_class_record, is_builtin_type, with_subclasses
 from ._registration import Removable
 from .errors import HookError, HookwrapWarning, closest
 from .events import PHASES, normalize
@@ -36,7 +36,6 @@ __all__ = ["WeaveHandle", "weave"]
 
 _lock = threading.Lock()
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
-_IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: builtin and extension types
 
 
 class WeaveHandle(Removable):
@@ -103,7 +102,7 @@ class WeaveHandle(Removable):
 def _check_target(target: Any, names: dict[str, str | None], description: str) -> None:
     """Refuse what cannot be woven, naming it and the fix, before changing anything."""
     where = f"weave({description})"
-    if isinstance(target, type) and target.__flags__ & _IMMUTABLE_TYPE:
+    if isinstance(target, type) and is_builtin_type(target):
         raise HookError(
             f"{where}: {target.__qualname__} is a built-in or extension type, whose methods "
             f"cannot be replaced. Weave the Python class or function that calls it instead."
@@ -225,13 +224,13 @@ def _weave_on_import(target: str, wanted: dict[str, str | None]) -> WeaveHandle:
                 path = f"{path}.{part}"
             handle._apply(obj, wanted)
         except Exception as exc:  # a lazy module's __getattr__ may raise anything
+            why = str(exc) if isinstance(exc, HookError) else f"{type(exc).__name__}: {exc}"
             if not on_import:
                 if isinstance(exc, HookError):
                     raise
-                raise HookError(f"weave({target!r}): {type(exc).__name__}: {exc}") from exc
-
+                raise HookError(f"weave({target!r}): {why}") from exc
             # Raising here would fail the user's import; say it instead.
-            handle.error = (str(exc) if isinstance(exc, HookError) else f"{type(exc).__name__}: {exc}").rstrip(".")
+            handle.error = why.rstrip(".")
             warnings.warn(
                 f"hookwrap.weave({target!r}): {module_name} was imported, but the target could not "
                 f"be woven ({handle.error}). Check the spelling, or weave the class itself: "

@@ -38,7 +38,7 @@ from .._registration import Removable
 from ..errors import HookError, StopTraining
 from ..weave import weave
 
-__all__ = ["PresetHandle", "current_run", "routed", "running", "stage", "target_class"]
+__all__ = ["PresetHandle", "current_run", "routed", "running", "stage", "stop_while_running", "target_class"]
 
 _STARTED, _DONE, _NOTHING = object(), object(), object()
 _local = threading.local()
@@ -56,6 +56,20 @@ def _stack(name: str) -> list[Any]:
 def running(owner: Any) -> bool:
     """Is a ``fit`` stage of ``owner`` running (in any thread)?"""
     return id(owner) in _running
+
+
+def stop_while_running(ask: Callable[[Any], None]) -> Callable[[Any, StopTraining], bool]:
+    """A trainer preset's ``stop``: ``ask(owner)`` to stop the way the framework stops
+    itself, while the owner's ``fit`` runs; outside a run it declines (False), and the
+    StopTraining propagates."""
+
+    def stop(owner: Any, exc: StopTraining) -> bool:
+        if not running(owner):
+            return False
+        ask(owner)
+        return True
+
+    return stop
 
 
 def current_run(cls: type) -> Any:

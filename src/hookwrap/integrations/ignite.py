@@ -37,8 +37,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import StopTraining
-from ._weaving import PresetHandle, running, _raw, _set, current_run, routed, stage, target_class
+from ._weaving import PresetHandle, _raw, _set, current_run, routed, stage, stop_while_running, target_class
 
 __all__ = ["weave"]
 
@@ -61,11 +60,7 @@ def weave(engine: Any = None) -> PresetHandle:
     cls = target_class(engine, Engine, where, "an ignite Engine class")
     handle = PresetHandle(f"ignite {cls.__qualname__}")
 
-    def stop(owner: Any, exc: StopTraining) -> bool:
-        if not running(owner):
-            return False
-        owner.terminate()
-        return True
+    stop = stop_while_running(lambda engine: engine.terminate())
 
     run_epoch = _raw(cls, "_run_once_on_dataset_as_gen", where)
 

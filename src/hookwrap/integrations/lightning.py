@@ -35,8 +35,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import HookError, StopTraining
-from ._weaving import PresetHandle, running, routed, stage, target_class
+from ..errors import HookError
+from ._weaving import PresetHandle, routed, stage, stop_while_running, target_class
 
 __all__ = ["weave"]
 
@@ -59,11 +59,10 @@ def weave(module: Any = None) -> PresetHandle:
                         f"not LightningModule itself: a method your class overrides is not woven on its base.")
     handle = PresetHandle(f"lightning {cls.__qualname__}")
 
-    def stop(owner: Any, exc: StopTraining) -> bool:
-        if not running(owner):
-            return False
-        owner.trainer.should_stop = True
-        return True
+    def ask_to_stop(module: Any) -> None:  # as Lightning's EarlyStopping does
+        module.trainer.should_stop = True
+
+    stop = stop_while_running(ask_to_stop)
 
     def owner(loop: Any) -> Any:
         return loop.trainer.lightning_module

@@ -35,8 +35,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import StopTraining
-from ._weaving import PresetHandle, running, current_run, routed, stage, target_class
+from ._weaving import PresetHandle, current_run, routed, stage, stop_while_running, target_class
 
 __all__ = ["weave"]
 
@@ -52,11 +51,10 @@ def weave(trainer: Any = None) -> PresetHandle:
                        "a transformers Trainer class")
     handle = PresetHandle(f"transformers {cls.__qualname__}")
 
-    def stop(owner: Any, exc: StopTraining) -> bool:
-        if not running(owner):
-            return False
-        owner.control.should_training_stop = True
-        return True
+    def ask_to_stop(trainer: Any) -> None:  # as a TrainerCallback does
+        trainer.control.should_training_stop = True
+
+    stop = stop_while_running(ask_to_stop)
 
     def accelerator_owner(accelerator: Any) -> Any:
         run = current_run(cls)

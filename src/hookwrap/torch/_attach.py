@@ -21,7 +21,8 @@ from ..options import process_rank
 from .._reader import per_join_point, reader
 from ..signature import JoinPointSpec
 
-__all__ = ["CountingCallback", "DefaultEvent", "ShippedCallback", "Source", "from_object", "per_join_point", "is_rank_zero", "reader", "to_float"]
+__all__ = ["CountingCallback", "DefaultEvent", "ShippedCallback", "Source", "from_object", "is_rank_zero",
+           "per_join_point", "reader", "to_float"]
 
 
 class DefaultEvent(str):
