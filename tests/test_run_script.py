@@ -111,6 +111,28 @@ def test_nan_guard_stops_the_run_naming_the_step(hw, capsys):
     assert "Test set" not in captured.out  # stopped in the first epoch
 
 
+def test_best_checkpoint_saves_the_model_test_is_given(hw, tmp_path, capsys):
+    # test(model, device, test_loader): the model is an argument of a module function.
+    from hookwrap.torch import BestCheckpoint
+
+    path = tmp_path / "best.pt"
+    saver = BestCheckpoint(path, monitor="return_value", optimizer=None)
+    losses: list[float] = []
+    weights: list[Any] = []
+
+    class Record(hw.Callback):
+        def post_evaluate(self, model: Any, return_value: float) -> float:
+            losses.append(return_value)
+            weights.append({k: v.clone() for k, v in model.state_dict().items()})
+            return return_value
+
+    assert _runner(hw).run(str(SCRIPT), ["--epochs", "3"], weaves=WEAVES, callbacks=[Record(), saver]) == 0
+    assert len(losses) == 3 and losses == sorted(losses, reverse=True)  # it learns: each test improves
+    saved = torch.load(path, weights_only=True)
+    assert saver.saved == 3 and saved["value"] == losses[-1] and "optimizer" not in saved
+    assert all(torch.equal(saved["model"][k], v) for k, v in weights[-1].items())
+
+
 # --- how the script runs ---------------------------------------------------------------
 
 

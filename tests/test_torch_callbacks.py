@@ -6,6 +6,7 @@ import importlib
 import io
 import math
 import os
+import re
 import subprocess
 import sys
 from typing import TypedDict
@@ -161,8 +162,6 @@ def test_early_stopping_errors_at_attach_time(hw, ht):
     loop = make_loop(hw)
     with pytest.raises(hw.HookError, match=r"mode must be 'min' or 'max', got 'lowest'"):
         ht.EarlyStopping(mode="lowest")
-    with pytest.raises(ValueError, match="patience must be an int >= 1"):
-        ht.EarlyStopping(patience=0)
     with pytest.raises(hw.HookError, match=(
             r"EarlyStopping\(monitor='val_los'\): join point 'evaluate' \(.*Loop.evaluate\) never "
             r"provides 'val_los'.*keys: val_acc, val_loss.*Did you mean 'val_loss'")):
@@ -334,11 +333,24 @@ def test_step_timer_on_cuda_reads_events_lazily(hw, ht):
     assert timer.count == 4 and all(t > 0 for t in timer.times)
 
 
-def test_step_timer_refuses_cuda_where_there_is_none(ht):
+def test_step_timer_refuses_cuda_where_there_is_none(hw, ht):
     if torch.cuda.is_available():
         pytest.skip("CUDA is available here")
-    with pytest.raises(ValueError, match="CUDA is not available here"):
+    with pytest.raises(hw.HookError, match="CUDA is not available here"):
         ht.StepTimer(device="cuda")
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda ht: ht.EarlyStopping(patience=0), "EarlyStopping: patience must be a whole number >= 1, got 0"),
+    (lambda ht: ht.EarlyStopping(patience=1.5), "EarlyStopping: patience must be a whole number >= 1, got 1.5"),
+    (lambda ht: ht.EarlyStopping(patience=True), "EarlyStopping: patience must be a whole number >= 1, got True"),
+    (lambda ht: ht.GradNorm(every=0), "GradNorm: every must be a whole number >= 1, got 0"),
+    (lambda ht: ht.MetricsLogger("m.csv", every="2"), "MetricsLogger: every must be a whole number >= 1, got '2'"),
+    (lambda ht: ht.EarlyStopping(mode="best"), "mode must be 'min' or 'max'"),
+])
+def test_bad_settings_of_shipped_callbacks_raise_hook_error(hw, ht, make, message):
+    with pytest.raises(hw.HookError, match=re.escape(message)):
+        make(ht)
 
 
 def test_grad_norm_lr_monitor_and_metrics_logger(hw, ht, tmp_path):

@@ -6,6 +6,7 @@ the global tier, attached where they fit."""
 from __future__ import annotations
 
 import math
+import types
 from typing import Any
 
 import pytest
@@ -151,6 +152,53 @@ def test_monitors_on_a_function_without_the_value_are_refused(hw, shipped):
 
     with pytest.raises(hw.CallbackSignatureError, match="has no argument 'optimizer'.*Pass optimizer="):
         hw.add_callback(optimizer_step, shipped.LRMonitor())
+
+
+def test_best_checkpoint_reads_model_and_optimizer_from_arguments(hw, shipped, tmp_path):
+    # A script's functions: evaluate(model) returns the loss, fit(model, optimizer) runs.
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scores = iter([0.9, 0.5, 0.7])
+    snapshots = []
+
+    @hw.hookable
+    def evaluate(model: Any) -> float:
+        snapshots.append(model.weight.detach().clone())
+        return next(scores)
+
+    @hw.hookable
+    def fit(model: Any, optimizer: Any) -> None:
+        for _ in range(3):
+            model.weight.grad = torch.ones_like(model.weight)
+            optimizer.step()
+            evaluate(model)
+
+    script = types.ModuleType("script")  # attached to a module of functions, as hookwrap run's are
+    script.evaluate, script.fit = evaluate, fit
+    path = tmp_path / "best.pt"
+    saver = shipped.BestCheckpoint(path, monitor="return_value", optimizer=optimizer, restore_best=True)
+    with hw.add_callback(script, saver):
+        fit(model, optimizer)
+    assert saver.saved == 2 and saver.best.value == 0.5
+    assert torch.equal(model.weight, snapshots[1])  # restored to the best, after fit
+    assert not torch.equal(snapshots[1], snapshots[2])
+    saved = torch.load(path, weights_only=True)
+    assert saved["optimizer"]["param_groups"][0]["lr"] == 0.1
+    assert not saver._held  # nothing kept between calls
+
+
+def test_best_checkpoint_on_a_function_without_the_model_is_refused(hw, shipped, tmp_path):
+    @hw.hookable
+    def evaluate(loader: Any) -> float:
+        return 0.5
+
+    with pytest.raises(hw.CallbackSignatureError, match="has no argument 'model' to read the model from.*Pass model="):
+        hw.add_callback(evaluate, shipped.BestCheckpoint(tmp_path / "b.pt", monitor="return_value", optimizer=None))
+    with pytest.raises(hw.CallbackSignatureError, match="has no argument 'optimizer'.*Pass optimizer="):
+        hw.add_callback(evaluate, shipped.BestCheckpoint(tmp_path / "b.pt", monitor="return_value",
+                                                         model=torch.nn.Linear(1, 1)))
+    evaluate(None)
+    assert not (tmp_path / "b.pt").exists()
 
 
 def test_add_callback_on_one_instance_of_a_woven_class(hw, shipped):

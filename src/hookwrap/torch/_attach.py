@@ -22,7 +22,7 @@ from .._reader import per_join_point, reader
 from ..signature import JoinPointSpec
 
 __all__ = ["CountingCallback", "DefaultEvent", "ShippedCallback", "Source", "from_object", "is_rank_zero",
-           "per_join_point", "reader", "to_float"]
+           "per_join_point", "reader", "to_float", "whole_number"]
 
 
 class DefaultEvent(str):
@@ -164,31 +164,34 @@ class ShippedCallback(Callback):
         """The callback's own ``(event, callable)`` pairs; subclasses build them."""
         raise NotImplementedError
 
-    def value_reader(self, handler: Callable[..., Any], event: str, setting: Any, what: str) -> Callable[..., Any]:
-        """``handler(obj, value)`` after each call of ``event``, the value read where the
-        join point has it: its argument named ``setting``, else the attribute
-        ``setting`` of the hooked object (``optimizer="optimizer"`` reads
-        ``trainer.optimizer``), else ``setting`` itself when it is not a name (the
-        module or optimizer passed in). Chosen once per join point."""
+    def value_reader(self, handler: Callable[..., Any], event: str, setting: Any, what: str,
+                     extra: tuple[Any, ...] = ()) -> Callable[..., Any]:
+        """``handler(obj, *extra, value)`` at each call of ``event`` (``"pre-"`` or
+        ``"post-"``), the value read where the join point has it: its argument named
+        ``setting``, else the attribute ``setting`` of the hooked object
+        (``optimizer="optimizer"`` reads ``trainer.optimizer``), else ``setting``
+        itself when it is not a name (the module or optimizer passed in). Chosen once
+        per join point; a function join point with neither is refused."""
         if not isinstance(setting, str):
-            return reader(handler, event, None, (setting,))
-        choose = functools.partial(self._choose_value, handler.__name__, event, setting, what)
+            return reader(handler, event, None, (*extra, setting))
+        choose = functools.partial(self._choose_value, handler.__name__, event, setting, what, extra)
         return per_join_point(self, handler.__name__, choose)
 
-    def _choose_value(self, handler_name: str, event: str, setting: str, what: str, spec: Any) -> Any:
+    def _choose_value(self, handler_name: str, event: str, setting: str, what: str,
+                      extra: tuple[Any, ...], spec: Any) -> Any:
         handler = getattr(self, handler_name)
         if setting in spec.refs:
-            return reader(handler, event, setting)
+            return reader(handler, event, setting, extra)
         if not spec.has_obj:
             raise CallbackSignatureError(
                 f"{self.where}: {spec.where} has no argument {setting!r} to read the {what} from, "
                 f"and no object with such an attribute. Pass {what}= the {what} itself, or the "
                 f"name of the argument that carries it."
             )
-        return reader(self._from_attribute, event, None, (handler_name, setting, what))
+        return reader(self._from_attribute, event, None, (handler_name, setting, what, *extra))
 
-    def _from_attribute(self, obj: Any, handler_name: str, setting: str, what: str) -> None:
-        getattr(self, handler_name)(obj, from_object(obj, setting, what, self.where))
+    def _from_attribute(self, obj: Any, handler_name: str, setting: str, what: str, *extra: Any) -> None:
+        getattr(self, handler_name)(obj, *extra, from_object(obj, setting, what, self.where))
 
 
 class CountingCallback(ShippedCallback):
@@ -213,6 +216,13 @@ class CountingCallback(ShippedCallback):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.step = state["step"]
+
+
+def whole_number(value: Any, name: str, where: str) -> int:
+    """``value`` when it is an int >= 1 (not a bool), else a HookError naming the setting."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise HookError(f"{where}: {name} must be a whole number >= 1, got {value!r}.")
+    return value
 
 
 def to_float(value: Any) -> float:

@@ -19,10 +19,12 @@ class BestCheckpoint(MonitoredCallback):
 
     The file is written atomically: to a temporary file in the same folder, then
     renamed over ``path``, so a crash mid-write never leaves a torn checkpoint.
-    ``model`` and ``optimizer`` are attribute names of the hooked object or the
-    objects themselves (``optimizer=None`` saves the model only). With
-    ``restore_best=True`` the best weights are loaded back into the model after
-    ``fit_event`` returns. Under torch.distributed only rank 0 writes.
+    ``model`` and ``optimizer`` are read where the join point has them: its
+    argument of that name (a script's ``test(model, device, loader)``), else that
+    attribute of the hooked object, or they are the objects themselves
+    (``optimizer=None`` saves the model only). With ``restore_best=True`` the best
+    weights are loaded back into the model after ``fit_event`` returns (read the
+    same way from that join point). Under torch.distributed only rank 0 writes.
     """
 
     def __init__(self, path: str | os.PathLike[str], monitor: str = "val_loss", mode: str = "min",
@@ -33,6 +35,9 @@ class BestCheckpoint(MonitoredCallback):
         self.model, self.optimizer = model, optimizer
         self.restore_best, self.fit_event = restore_best, fit_event
         self.saved = 0
+        # The model and optimizer of the call in progress, per event: taken before
+        # the call (argument or attribute), used after it, then let go.
+        self._held: dict[tuple[str, str], Any] = {}
         super().__init__(monitor, mode, min_delta, event, step_event)
 
     @property
@@ -44,23 +49,46 @@ class BestCheckpoint(MonitoredCallback):
         return f"BestCheckpoint[{self.path}]"
 
     def attach(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:
-        pairs = super().attach(target)
+        pairs = self._holders(self.event) + super().attach(target)
         if self.restore_best and self.wants(target, self.fit_event):
-            pairs.append((f"post-{self.fit_event}", reader(self.load_best, "post-")))
+            pairs += self._holders(self.fit_event)
+            pairs.append((f"post-{self.fit_event}", reader(self._restore, "post-")))
         return pairs
+
+    def _holders(self, event: str) -> list[tuple[str, Callable[..., Any]]]:
+        wanted = [("model", self.model)] + ([("optimizer", self.optimizer)] if self.optimizer is not None else [])
+        return [(f"pre-{event}", self.value_reader(self._hold, "pre-", setting, what, (event, what)))
+                for what, setting in wanted]
+
+    def _hold(self, obj: Any, event: str, what: str, value: Any) -> None:
+        self._held[event, what] = value
+
+    def _release(self, event: str) -> tuple[Any, Any]:
+        return self._held.pop((event, "model"), None), self._held.pop((event, "optimizer"), None)
+
+    def observe(self, obj: Any, value: Any) -> None:
+        try:
+            super().observe(obj, value)
+        finally:
+            self._release(self.event)
 
     def improved(self, obj: Any, value: float) -> None:
         if is_rank_zero():
-            self.save(obj, value)
+            model, optimizer = self._held.get((self.event, "model")), self._held.get((self.event, "optimizer"))
+            self.save(obj, value, model, optimizer)
 
-    def save(self, obj: Any, value: float) -> None:
+    def save(self, obj: Any, value: float, model: Any = None, optimizer: Any = None) -> None:
+        """Write the checkpoint: ``model`` and ``optimizer`` given, else read from ``obj``."""
         import torch
 
-        model = from_object(obj, self.model, "model", self.where)
+        if model is None:
+            model = from_object(obj, self.model, "model", self.where)
         checkpoint = {"model": model.state_dict(), "monitor": self.monitor, "value": value,
                       "step": self.step}
         if self.optimizer is not None:
-            checkpoint["optimizer"] = from_object(obj, self.optimizer, "optimizer", self.where).state_dict()
+            if optimizer is None:
+                optimizer = from_object(obj, self.optimizer, "optimizer", self.where)
+            checkpoint["optimizer"] = optimizer.state_dict()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
@@ -70,13 +98,22 @@ class BestCheckpoint(MonitoredCallback):
             tmp.unlink(missing_ok=True)
         self.saved += 1
 
-    def load_best(self, obj: Any) -> None:
-        """Load the best weights saved so far into the model (and optimizer)."""
+    def _restore(self, obj: Any) -> None:
+        model, optimizer = self._release(self.fit_event)
+        self.load_best(obj, model, optimizer)
+
+    def load_best(self, obj: Any, model: Any = None, optimizer: Any = None) -> None:
+        """Load the best weights saved so far into the model (and optimizer):
+        ``model`` and ``optimizer`` given, else read from ``obj``."""
         import torch
 
         if not self.path.exists():
             return  # nothing improved yet: the model is as good as it gets
         checkpoint = torch.load(self.path, weights_only=True)
-        from_object(obj, self.model, "model", self.where).load_state_dict(checkpoint["model"])
+        if model is None:
+            model = from_object(obj, self.model, "model", self.where)
+        model.load_state_dict(checkpoint["model"])
         if self.optimizer is not None and "optimizer" in checkpoint:
-            from_object(obj, self.optimizer, "optimizer", self.where).load_state_dict(checkpoint["optimizer"])
+            if optimizer is None:
+                optimizer = from_object(obj, self.optimizer, "optimizer", self.where)
+            optimizer.load_state_dict(checkpoint["optimizer"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import StopTraining
-from ._attach import DefaultEvent
+from ._attach import DefaultEvent, whole_number
 from ._best import MonitoredCallback
 
 __all__ = ["EarlyStopping"]
@@ -30,9 +30,7 @@ class EarlyStopping(MonitoredCallback):
     def __init__(self, monitor: str = "val_loss", mode: str = "min", patience: int = 3,
                  min_delta: float = 0.0, event: str = "evaluate",
                  step_event: str | None = DefaultEvent("step")) -> None:
-        if not isinstance(patience, int) or patience < 1:
-            raise ValueError(f"EarlyStopping: patience must be an int >= 1, got {patience!r}.")
-        self.patience = patience
+        self.patience = whole_number(patience, "patience", "EarlyStopping")
         self.wait = 0  # calls since the last improvement
         super().__init__(monitor, mode, min_delta, event, step_event)
 

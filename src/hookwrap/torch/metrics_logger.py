@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable
 
-from ._attach import DefaultEvent, reader, CountingCallback, is_rank_zero, to_float
+from ._attach import DefaultEvent, reader, CountingCallback, is_rank_zero, to_float, whole_number
 
 __all__ = ["MetricsLogger", "tensorboard_available"]
 
@@ -45,9 +45,7 @@ class MetricsLogger(CountingCallback):
                  tensorboard: str | os.PathLike[str] | bool | None = None,
                  step_event: str | None = DefaultEvent("step")) -> None:
         super().__init__(step_event)
-        if not isinstance(every, int) or every < 1:
-            raise ValueError(f"MetricsLogger: every must be an int >= 1, got {every!r}.")
-        self.path, self.every = Path(path), every
+        self.path, self.every = Path(path), whole_number(every, "every", "MetricsLogger")
         self.events = {"loss": loss_event, "metrics": metrics_event, "epoch": epoch_event,
                        "fit": fit_event}
         if tensorboard is None:

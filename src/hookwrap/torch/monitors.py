@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ._attach import CountingCallback, DefaultEvent
+from ._attach import CountingCallback, DefaultEvent, whole_number
 
 __all__ = ["GradNorm", "LRMonitor"]
 
@@ -20,8 +20,7 @@ class GradNorm(CountingCallback):
                  event: str = "backward", logger: Any = None,
                  step_event: str | None = DefaultEvent("step")) -> None:
         super().__init__(step_event)
-        if not isinstance(every, int) or every < 1:
-            raise ValueError(f"GradNorm: every must be an int >= 1, got {every!r}.")
+        whole_number(every, "every", "GradNorm")
         self.model, self.norm_type, self.every, self.event, self.logger = model, norm_type, every, event, logger
         self.history: list[tuple[int, float]] = []
         self.calls = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Callable
 
+from ..errors import HookError
 from ._attach import DefaultEvent, reader, ShippedCallback, to_float
 
 __all__ = ["ProgressBar"]
@@ -42,7 +43,8 @@ class ProgressBar(ShippedCallback):
         e = {k: v for k, v in self.events.items() if self.wants(target, v)}
         for required in ("epoch", "step"):
             if required not in e:
-                raise ValueError(f"ProgressBar: {required}_event is required.")
+                raise HookError(f"ProgressBar: {required}_event is required: name the join point of "
+                                f"each {required} ({required}_event=...).")
         pairs: list[tuple[str, Callable[..., Any]]] = [
             (f"pre-{e['epoch']}", reader(self.open, "pre-")),
             (f"post-{e['step']}", reader(self.advance, "post-")),

@@ -7,6 +7,7 @@ import time
 from collections import deque
 from typing import Any, Callable
 
+from ..errors import HookError
 from ._attach import reader, ShippedCallback
 
 __all__ = ["StepTimer"]
@@ -29,7 +30,7 @@ class StepTimer(ShippedCallback):
             import torch
 
             if not torch.cuda.is_available():
-                raise ValueError("StepTimer(device='cuda'): CUDA is not available here; "
+                raise HookError("StepTimer(device='cuda'): CUDA is not available here; "
                                  "time on the CPU with device='cpu'.")
         self._times: list[float] = []
         self._pending: deque[tuple[Any, Any]] = deque()
