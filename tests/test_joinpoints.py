@@ -166,6 +166,29 @@ def test_async_callback_error_gets_a_note(hw):
     assert any("broken" in note and "'pre-step'" in note for note in info.value.__notes__)
 
 
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync-callback", "async-callback"])
+def test_stop_iteration_from_a_callback_on_an_async_join_point_is_named(hw, asynchronous):
+    class Trainer(hw.Hookable):
+        @hw.hookable
+        async def step(self, batch):
+            return batch
+
+    def stops(self, return_value):
+        raise StopIteration
+
+    async def stops_async(self, return_value):
+        raise StopIteration
+
+    seen = []
+    t = Trainer()
+    t.after("step", stops_async if asynchronous else stops)
+    t.on_error("step", lambda self, exception: seen.append(type(exception).__name__))
+    with pytest.raises(RuntimeError, match=r"callback .*stops(_async)? \(.*\) raised StopIteration during "
+                                           r"event 'post-step' of an async join point.*PEP 479") as info:
+        asyncio.run(t.step(1))
+    assert isinstance(info.value.__cause__, StopIteration) and seen == ["RuntimeError"]
+
+
 def test_init_is_a_join_point(hw):
     log = []
 

@@ -14,11 +14,26 @@ from .errors import StopTraining, callback_note
 __all__ = ["run_chain_async"]
 
 
+def _stop_iteration(step: Any) -> RuntimeError:
+    # A coroutine cannot pass StopIteration on (PEP 479): Python turns it into a
+    # bare "coroutine raised StopIteration". Say whose it was instead.
+    return RuntimeError(
+        f"callback {step.label} raised StopIteration during event {step.event!r} of an async "
+        f"join point, which a coroutine cannot pass on (PEP 479). Raise another exception to "
+        f"end the call, or hookwrap.StopTraining to end a run."
+    )
+
+
 async def _settle(step: Any, raw: Any) -> Any:
     if not inspect.isawaitable(raw):
         return raw
     try:
         return await raw
+    except RuntimeError as exc:
+        if isinstance(exc.__cause__, StopIteration) and str(exc).endswith("raised StopIteration"):
+            raise _stop_iteration(step) from exc.__cause__
+        exc.add_note(callback_note(step.label, step.event))
+        raise
     except BaseException as exc:
         exc.add_note(callback_note(step.label, step.event))
         raise
@@ -28,7 +43,10 @@ async def _run_steps(steps: Any, obj: Any, args: list[Any], kwargs: dict[str, An
                      result: Any) -> Any:
     for step in steps:
         if step.gate is None or step.gate.admit(obj):
-            raw = await _settle(step, step.invoke(obj, args, kwargs, result))
+            try:
+                raw = await _settle(step, step.invoke(obj, args, kwargs, result))
+            except StopIteration as exc:
+                raise _stop_iteration(step) from exc
             result = step.absorb(obj, args, kwargs, raw, result)
     return result
 
