@@ -69,6 +69,78 @@ def test_an_instance_state_is_its_own_not_what_its_getattr_finds(hw):
 @pytest.mark.skipif(sys.implementation.name != "cpython" or not (3, 11) <= sys.version_info < (3, 13),
                     reason="CPython 3.11 and 3.12 move an object's inline attributes into a "
                            "dict when asked for its __dict__ (3.13 keeps them inline)")
+def test_a_proxys_own_getattribute_does_not_answer_for_its_state(hw):
+    # A class with its own __getattribute__ (a delegating proxy) answers attribute
+    # reads for another object: its instances' callbacks are still their own.
+    class Model(hw.Hookable):
+        emits = ["on_x"]
+
+        @hw.hookable
+        def step(self, x):
+            return x
+
+    class Proxy(Model):
+        def __init__(self, inner):
+            object.__setattr__(self, "_inner", inner)
+
+        def __getattribute__(self, name):
+            if name in ("_inner", "step", "before", "on", "__class__", "__dict__"):
+                return object.__getattribute__(self, name)
+            return getattr(object.__getattribute__(self, "_inner"), name)
+
+    class Hiding(hw.Hookable):
+        @hw.hookable
+        def step(self, x):
+            return x
+
+        def __getattribute__(self, name):
+            if name.startswith("__hookwrap"):
+                raise AttributeError(name)
+            return object.__getattribute__(self, name)
+
+    inner = Model()
+    inner.before("step", lambda self, x: x + 100)
+    proxy = Proxy(inner)
+    proxy.before("step", lambda self, x: x + 1)
+    heard = []
+    inner.on("on_x", lambda self: heard.append("inner"))
+    proxy.on("on_x", lambda self: heard.append("proxy"))
+    for _ in range(2):  # the first call plans, the second takes what was kept
+        assert (proxy.step(1), proxy.step(x=1), inner.step(1)) == (2, 2, 101)
+    hw.emit(proxy, "on_x")
+    assert heard == ["proxy"]
+    hiding = Hiding()
+    hiding.before("step", lambda self, x: x + 1)
+    for _ in range(2):
+        assert (hiding.step(1), hiding.step(x=1)) == (2, 2)
+
+
+def test_a_method_of_a_plain_class_called_before_its_first_registration(hw):
+    # (Pure twin: until a registration finds it in its class, the method runs as
+    # the plain function its class holds.)
+    class Plain:
+        @hw.hookable
+        def step(self, batch):
+            return batch
+
+    class Mixin:
+        @hw.hookable
+        def step(self, batch):
+            return batch
+
+    assert Plain().step(1) == 1 and Mixin().step(1) == 1
+    plain = Plain()
+    hw.before(plain, "step", lambda self, batch: batch + 1)
+    assert [plain.step(1), plain.step(2), plain.step(batch=3), Plain().step(1)] == [2, 3, 4, 1]
+
+    class Model(Mixin, hw.Hookable):
+        callbacks = [("post-step", lambda self, return_value: return_value * 2)]
+
+    model = Model()
+    model.before("step", lambda self, batch: batch + 100)
+    assert [model.step(1), Model().step(1), Mixin().step(1)] == [202, 2, 1]
+
+
 def test_callbacks_leave_an_objects_attributes_inline(hw):
     # Once moved, every attribute read on the object is slower (a method reading
     # two: 1.6x the instructions on 3.11), its own code included.

@@ -46,7 +46,8 @@ MISSING = inspect.Parameter.empty
 # A callback may ask for at most this many arguments of the join point (the
 # compiled twin calls it from a fixed C array; both twins refuse more alike).
 MAX_CALLBACK_ARGS = 31
-STATE_KEY = "__hookwrap__"  # spelt out in emitter below, read as an attribute
+STATE_KEY = "__hookwrap__"  # read as an attribute by the dispatch functions
+_OBJECT_GETATTRIBUTE: Any = object.__getattribute__  # an instance's own attribute, whatever its class's
 # Where a class keeps its record (``_owners.ClassRecord``).
 RECORD_ATTR = "__hookwrap_class__"
 # The pure twin stores a join point's dispatch function, which carries it here.
@@ -199,7 +200,7 @@ class Chain:
     """
 
     __slots__ = ("tp", "valid", "base", "fire", "pre", "post", "around", "error", "empty",
-                 "check_state", "passthrough", "read_by_trace", "runners")
+                 "check_state", "own_getattribute", "passthrough", "read_by_trace", "runners")
 
     def __init__(self, tp: Any, fire: bool, pre: tuple[Step, ...],
                  post: tuple[Step, ...], around: tuple[Step, ...] = (),
@@ -216,6 +217,10 @@ class Chain:
         self.empty = not (pre or post or around or error)
         # Could an instance of `tp` hold callbacks of its own? (its ClassRecord knows)
         self.check_state = check_state
+        # Instances of a class of its own __getattribute__ (a proxy): their state is
+        # read with object's, on the general path (_dispatch).
+        self.own_getattribute = (check_state and isinstance(tp, type)
+                                 and tp.__getattribute__ is not _OBJECT_GETATTRIBUTE)
         # The one check a call makes when nothing can run.
         self.passthrough = not fire or (self.empty and not check_state)
         self.read_by_trace = False  # the compiled twin's mark (its `traced` sets it)
@@ -462,13 +467,20 @@ def _dispatch(jp: JoinPoint, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
         return jp.func(*args, **kwargs)
     chain = jp._chain
     if chain.tp is not tp or not chain.valid:
-        chain = jp._chain = jp.planner.type_chain(jp, tp)
+        chain = jp.planner.type_chain(jp, tp)
+        # The dispatch functions read an instance's state as `obj.__hookwrap__`,
+        # which a class of its own __getattribute__ (a proxy) may answer for
+        # another object: its calls keep to this path.
+        if not chain.own_getattribute:
+            jp._chain = chain
     if chain.passthrough:
         return jp.func(*args, **kwargs)
     if chain.check_state:
-        # Its class holds STATE_KEY = None (see _owners.class_record), so a miss
-        # never reaches a __getattr__ (nn.Module's, or one delegating elsewhere).
-        state = getattr(obj, STATE_KEY, None)
+        # The instance's own attribute, as the compiled twin reads it. Its class
+        # holds STATE_KEY = None (see _owners.class_record), so a miss never
+        # reaches a __getattr__ (nn.Module's, or one delegating elsewhere).
+        state = (getattr(obj, STATE_KEY, None) if not chain.own_getattribute
+                 else _OBJECT_GETATTRIBUTE(obj, STATE_KEY))
         if state is not None:
             cached = state.chains.get(jp)  # chain_for's hit, inline
             if cached is not None and cached.valid and cached.base is chain:
@@ -759,7 +771,8 @@ def emitter(planner: Any) -> Callable[..., None]:
         if record is not None and record.stateful and tp is not target:
             # Some instance holds listeners of its own. The attribute is found in
             # any case: the class holds None (see _owners.class_record).
-            state = target.__hookwrap__  # STATE_KEY, read as an attribute: no getattr call
+            state = (target.__hookwrap__ if not record.own_getattribute
+                     else _OBJECT_GETATTRIBUTE(target, STATE_KEY))  # its own, not a proxy's answer
         owner = state if state is not None else record
         try:  # (a subscript, not .get: no method call)
             event = owner.emit_cache[name] if owner is not None else None

@@ -7,7 +7,7 @@ from types import FunctionType, ModuleType
 from typing import Any
 
 from ._dispatch import FUNCTION, METHOD, JoinPoint, join_point_of
-from ._owners import class_record, lock
+from ._owners import changed_function, class_record, lock
 from .errors import HookError, UnknownEventError, closest
 from .events import PHASES, normalize
 from .signature import JoinPointSpec
@@ -54,6 +54,12 @@ def name_join_point(value: Any, owner: type, name: str) -> None:
         jp.event = name
     if type(value) is FunctionType and jp.binding == FUNCTION:
         jp.rebind(METHOD)  # a plain function in a class body: an instance method
+        # Called before now (pure twin, a class that is not Hookable), it ran as a
+        # function: what was planned for that reads `self` as an argument.
+        jp.spec = None
+        jp.forget_last_chain()
+        if jp.tier is not None:
+            changed_function(jp)
         jp.planner.named(jp, owner, name)  # as the compiled twin's __set_name__ does
 
 

@@ -109,7 +109,7 @@ class ClassRecord(Record):
     """What hookwrap keeps about one class, stored in the class."""
 
     __slots__ = ("cls", "prepared", "declared", "own_entries", "join_points", "checked",
-                 "stateful", "states", "emit_cache")
+                 "stateful", "own_getattribute", "states", "emit_cache")
 
     def __init__(self, cls: type) -> None:
         super().__init__()
@@ -120,6 +120,9 @@ class ClassRecord(Record):
         self.join_points: dict[str, Any] | None = None  # event -> join point (cache)
         self.checked = False  # its class tier passed the checks
         self.stateful = False  # some instance holds callbacks of its own
+        # Its own __getattribute__ (a proxy) may answer `obj.__hookwrap__` for another
+        # object: the pure twin reads its instances' state with object's.
+        self.own_getattribute = getattr(cls, "__getattribute__") is not object.__getattribute__
         self.states: weakref.WeakSet[Any] = weakref.WeakSet()  # those instances' InstanceHooks
         self.emit_cache: dict[str, Any] = {}  # custom event -> listeners
 
