@@ -75,8 +75,11 @@ class Callback:
             if self._hookwrap_blocks:
                 return
             handle, self._hookwrap_handle = self._hookwrap_handle, None
-        if handle is not None:
-            handle.remove()
+            # Removed under the lock: a block another thread opens right after this
+            # one closed must not register while this registration is still live
+            # (a call in between would run the callback twice).
+            if handle is not None:
+                handle.remove()
 
 
 def callback_events(cb: Callback) -> list[tuple[str, str, str, Any]]:
