@@ -152,7 +152,7 @@ def test_every_spelling_of_an_emit_call(hw):
         t.emit()
     with pytest.raises(TypeError, match=r"takes 2 positional arguments but 3 were given"):
         hw.emit(t, "on_fit_end", 1)
-    with pytest.raises(hw.HookError, match=r"int instances have no __dict__"):
+    with pytest.raises(hw.HookError, match=r"emit\(int, .on_fit_end.\): int declares no custom event"):
         hw.emit(3, "on_fit_end")
     many = {f"k{i}": i for i in range(40)}
     t.on("on_train_batch_end", lambda self, k39=None: self.log.append(k39))

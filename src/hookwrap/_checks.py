@@ -12,7 +12,7 @@ from typing import Any, Iterable, Iterator
 
 from ._dispatch import AROUND, ERROR, POST, PRE
 from ._joinpoints import declared_custom_events, find_join_point, fires, known_events, spec_of
-from .errors import CallbackSignatureError, HookError, UnknownEventError, closest
+from .errors import CallbackSignatureError, HookError, UnknownEventError, closest, safe_repr
 from ._reader import for_join_point
 from .events import CUSTOM, parse_event
 from .options import Registration
@@ -39,7 +39,7 @@ def check_pair(item: Any, where: str, known: Iterable[str] = ()) -> Registration
         return item
     if not (isinstance(item, tuple) and len(item) == 2):
         raise HookError(
-            f"{where}: entries are (event, callback) pairs like ('pre-step', fn), got {item!r}."
+            f"{where}: entries are (event, callback) pairs like ('pre-step', fn), got {safe_repr(item)}."
         )
     return Registration(item[0], item[1], None, parse_event(item[0], where, known))
 
@@ -130,7 +130,7 @@ def fitting_step(registration: Registration, spec: JoinPointSpec) -> Any:
 def check_custom_callback(fn: Any, where: str, pass_obj: bool) -> None:
     """A custom event callback gets keywords by name: no ``*args``/``**kwargs``."""
     if not callable(fn):
-        raise HookError(f"{where}: {fn!r} is not callable; register a function.")
+        raise HookError(f"{where}: {safe_repr(fn)} is not callable; register a function.")
     try:
         params = callback_parameters(fn)
     except (TypeError, ValueError):

@@ -13,7 +13,7 @@ from ._joinpoints import all_join_points, has_join_points, spec_of
 from ._owners import (GLOBAL, changed_class, changed_function, changed_global, class_record, function_record,
                       is_builtin_type, lock)
 from ._tiers import instance_state
-from .errors import HookError, UnknownEventError, closest
+from .errors import HookError, UnknownEventError, closest, safe_repr
 from .events import CUSTOM, PHASES, normalize, parse_event
 from .options import Registration, make_options, order_entries
 from .signature import callable_label
@@ -168,15 +168,16 @@ def register_entries(target: Any, registrations: list[Registration], where: str)
 def register(target: Any, phase: str, event: Any, fn: Any, opts: dict[str, Any]) -> Handle:
     """``before``/``after``/``around``/``on_error``/``on``: one callback on a target."""
     verb = {"pre": "before", "post": "after", "around": "around", "error": "on_error", CUSTOM: "on"}[phase]
-    where = f"{verb}({_target_label(target)}, {event!r})"
+    where = f"{verb}({_target_label(target)}, {safe_repr(event)})"
     if not isinstance(event, str):
         raise HookError(f"{where}: the event must be a string, got {type(event).__name__}.")
+    event = str.__str__(event)  # a str subclass's own __hash__/__eq__ never run in the tables
     if phase == CUSTOM:
         if "-" in event:
-            raise HookError(f"{where}: on() takes a custom event name like 'on_fit_end', got {event!r}.")
+            raise HookError(f"{where}: on() takes a custom event name like 'on_fit_end', got {safe_repr(event)}.")
     elif event.partition("-")[0] in PHASES and "-" in event:
         raise HookError(
-            f"{where}: {verb}() takes a join point name like 'step', got {event!r}. "
+            f"{where}: {verb}() takes a join point name like 'step', got {safe_repr(event)}. "
             f"Pass the join point, not the event."
         )
     options = make_options(where, **opts)

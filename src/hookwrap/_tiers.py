@@ -44,6 +44,7 @@ __all__ = [
     "InstanceCallbackList",
     "InstanceHooks",
     "Source",
+    "can_hold_state",
     "check_class_tier",
     "class_entries",
     "entries_for",
@@ -336,6 +337,11 @@ def _with_own_filters(entry: Any) -> Any:
     gate = copy.copy(options.gate)
     return Registration(entry[0], entry[1], Options(options.prepend, options.before, options.after, gate),
                         (entry.phase, entry.name))
+
+
+def can_hold_state(obj: Any) -> bool:
+    """Whether ``obj`` can keep instance callbacks (it has a ``__dict__``)."""
+    return bool(type(obj).__dictoffset__) or hasattr(obj, "__dict__")
 
 
 def instance_state(obj: Any, create: bool = True) -> InstanceHooks | None:

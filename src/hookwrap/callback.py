@@ -18,11 +18,17 @@ from typing import Any, Callable
 from ._dispatch import join_point_of
 from ._joinpoints import all_join_points, declared_custom_events, target_join_points
 from ._registration import Handle, register_entries, register_global
-from .errors import HookError, UnknownEventError, closest
+from .errors import HookError, UnknownEventError, closest, safe_repr
 from .events import CUSTOM, PHASES, callback_object_event, normalize, parse_event
 from .options import Options, Registration, make_options
 
-__all__ = ["Callback", "add_callback", "callback_events", "register_global_callback"]
+__all__ = ["Callback", "NotACallbackError", "add_callback", "callback_events", "register_global_callback"]
+
+class NotACallbackError(HookError, TypeError):
+    """``add_callback``/``register_global_callback`` given something that is not a
+    ``Callback`` (nor, for the global tier, an ``("event", fn)`` pair). A TypeError
+    too, as it always was."""
+
 
 _blocks_lock = threading.RLock()  # a Callback's `with` blocks (an RLock: registering may re-enter)
 
@@ -75,8 +81,11 @@ class Callback:
             if self._hookwrap_blocks:
                 return
             handle, self._hookwrap_handle = self._hookwrap_handle, None
-        if handle is not None:
-            handle.remove()
+            # Removed under the lock: a block another thread opens right after this
+            # one closed must not register while this registration is still live
+            # (a call in between would run the callback twice).
+            if handle is not None:
+                handle.remove()
 
 
 def callback_events(cb: Callback) -> list[tuple[str, str, str, Any]]:
@@ -100,7 +109,7 @@ def callback_events(cb: Callback) -> list[tuple[str, str, str, Any]]:
             if not callable(method):
                 raise HookError(
                     f"{type(cb).__qualname__}.{attr} is named like an event method but is a "
-                    f"{type(method).__name__} ({method!r}), not a method. Define `def {attr}(self, ...)`, "
+                    f"{type(method).__name__} ({safe_repr(method)}), not a method. Define `def {attr}(self, ...)`, "
                     f"or give the attribute a name without a pre_/post_/around_/error_/on_ prefix."
                 )
             out.append((attr, parsed[0], parsed[1], method))
@@ -128,7 +137,9 @@ def add_callback(target: Any, cb: Callback, /, **options: Any) -> Handle:
     state); one handle removes them all."""
     where = f"add_callback({type(cb).__qualname__})"
     if not isinstance(cb, Callback):
-        raise TypeError(f"{where}: expected a hookwrap.Callback instance, got {type(cb).__qualname__}.")
+        raise NotACallbackError(f"{where}: expected a hookwrap.Callback instance, got {type(cb).__qualname__}. "
+                                f"Pass an instance of a hookwrap.Callback subclass (its event methods are "
+                                f"registered), or register a function with hookwrap.before/after/around.")
     make_options(where, **options)  # a bad option fails before anything is registered
     return register_entries(target, _resolve_names(cb, _attach_target(target), where, options), where)
 
@@ -149,7 +160,7 @@ def _resolve_names(cb: Callback, target: Any, where: str, options: dict[str, Any
     custom = declared_custom_events(target) if isinstance(target, type) else set()
     known = [f"{p}-{jp.event}" for jp in jps.values() for p in PHASES] + sorted(custom)
     registrations = []
-    for event, method in cb.event_methods(target):
+    for event, method in _event_methods(cb, target, where):
         phase, name = parse_event(event, where)
         attr = event.replace("-", "_")  # the method name, for the default event_methods
         if phase == CUSTOM:
@@ -163,6 +174,26 @@ def _resolve_names(cb: Callback, target: Any, where: str, options: dict[str, Any
             registrations.append(Registration(f"{phase}-{jp.event}", method, _options_of(cb, where, **options),
                                               (phase, jp.event)))
     return registrations
+
+
+def _event_methods(cb: Callback, target: Any, where: str) -> list[tuple[Any, Any]]:
+    """``cb.event_methods(target)``, checked: a list of ``(event string, callable)``."""
+    label = f"{where}: {type(cb).__qualname__}.event_methods"
+    if not callable(getattr(cb, "event_methods", None)):
+        raise HookError(f"{label} is not a method; define `def event_methods(self, target)` returning "
+                        f"(event, callable) pairs, or leave the one hookwrap.Callback has.")
+    pairs = cb.event_methods(target)
+    try:
+        pairs = list(pairs)
+    except TypeError:
+        raise HookError(f"{label}() returned {safe_repr(pairs)}; it must return a list of "
+                        f"(event, callable) pairs.") from None
+    for pair in pairs:
+        if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str)
+                and callable(pair[1])):
+            raise HookError(f"{label}() returned {safe_repr(pair)} in its list; each item must be an "
+                            f"(event, callable) pair like ('pre-step', self.pre_step).")
+    return pairs
 
 
 def _options_of(cb: Callback, where: str, **options: Any) -> Options | None:
@@ -185,7 +216,7 @@ def register_global_callback(cb: Any, **options: Any) -> Handle:
         registrations = []
         known_jps = {normalize(jp.event): jp for jp in all_join_points()}
         known = [f"{p}-{jp.event}" for jp in known_jps.values() for p in PHASES]
-        for event, method in cb.event_methods(None):
+        for event, method in _event_methods(cb, None, where):
             registration = _global_registration(event, method, _options_of(cb, where, **options), where)
             if registration.phase != CUSTOM and registration.name not in known_jps:
                 raise _unknown(cb, event.replace("-", "_"), known, f"{where}({type(cb).__qualname__})")
@@ -193,7 +224,8 @@ def register_global_callback(cb: Any, **options: Any) -> Handle:
         return register_global(registrations, where)
     if isinstance(cb, tuple) and len(cb) == 2:
         return register_global([_global_registration(cb[0], cb[1], opts, where)], where)
-    raise TypeError(
-        f"{where}: expected a hookwrap.Callback instance or an ('event', fn) pair, got {cb!r}."
+    raise NotACallbackError(
+        f"{where}: expected a hookwrap.Callback instance or an ('event', fn) pair, got "
+        f"{safe_repr(cb)} ({type(cb).__name__}) as the callback."
     )
 

@@ -9,7 +9,7 @@ from typing import Any
 from ._dispatch import join_point_of
 from ._joinpoints import declared_custom_events, find_join_point, join_points, spec_of
 from ._checks import fitting_step
-from ._tiers import GLOBAL_TIER, Entry, entries_for, instance_state
+from ._tiers import GLOBAL_TIER, Entry, can_hold_state, entries_for, instance_state
 from .errors import HookError, UnknownEventError
 from .events import CUSTOM, PHASES, normalize
 from .signature import callable_label
@@ -72,6 +72,8 @@ def describe(target: Any, event: str | None = None) -> Description:
     if event is not None and not isinstance(event, str):
         raise HookError(f"describe: the event must be a string like 'step' or 'pre-step', "
                         f"got {type(event).__name__}.")
+    if event is not None:
+        event = str.__str__(event)  # a str subclass's own __hash__/__eq__ never run
     phase, name = _split(event) if event is not None else (None, "")
     jp = join_point_of(target)
     if jp is not None and jp.owner is None:
@@ -85,7 +87,8 @@ def describe(target: Any, event: str | None = None) -> Description:
     if isinstance(target, ModuleType):
         raise HookError(f"describe({target.__name__}): describe a hookable function or an object.")
     tp = target if isinstance(target, type) else type(target)
-    state = None if isinstance(target, type) else instance_state(target, create=False)
+    state = None if isinstance(target, type) or not can_hold_state(target) \
+        else instance_state(target, create=False)
     points = join_points(tp)
     if event is not None:
         if phase is None and event in declared_custom_events(tp):

@@ -12,8 +12,8 @@ from ._chains import keep_planning_out_of_traces, plans_out_of_traces
 from ._checks import check_event
 from ._dispatch import EmitEvent, EmitStep, emit_runner, emitter
 from ._owners import class_record, lock
-from ._tiers import entries_for, instance_state
-from .errors import HookError
+from ._tiers import can_hold_state, entries_for, instance_state
+from .errors import HookError, safe_repr
 from .events import CUSTOM
 from .signature import callable_label, callback_parameters
 
@@ -50,6 +50,12 @@ class EmitPlanner:
         event is checked when they are gathered, so an unknown one fails on every
         emit."""
         keep_planning_out_of_traces()
+        if not isinstance(name, str):
+            raise HookError(f"emit({tp.__qualname__}, ...): the event name must be a string like "
+                            f"'on_validation_end', got {safe_repr(name)} ({type(name).__name__}).")
+        name = str.__str__(name)  # a str subclass's own __hash__/__eq__ never run
+        if tp is not target and not can_hold_state(target):
+            check_event(tp, CUSTOM, name, _where(tp, name))  # such a class declares no events: raises
         state = None if tp is target else instance_state(target, create=False)
         cache = state.emit_cache if state is not None else class_record(tp).emit_cache  # type: ignore[union-attr]
         event = cache.get(name)

@@ -16,6 +16,7 @@ __all__ = [
     "StopTraining",
     "UnknownEventError",
     "closest",
+    "safe_repr",
 ]
 
 
@@ -126,6 +127,17 @@ def emit_return_error(label: str, name: str, result: Any) -> CallbackReturnError
         f"callback {label} for custom event {name!r} returned {type(result).__name__}; "
         f"custom event callbacks observe and return None."
     )
+
+
+def safe_repr(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` for an error message about a value the user passed: shortened,
+    and never raising (an object whose ``__repr__`` raises must not hide the error
+    being reported)."""
+    try:
+        text = repr(value)
+    except Exception as exc:  # noqa: BLE001 - any error of a user's __repr__
+        return f"<{type(value).__name__} whose repr raised {type(exc).__name__}>"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _short_repr(value: Any) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
-from .errors import UnknownEventError, closest
+from .errors import UnknownEventError, closest, safe_repr
 
 __all__ = [
     "CUSTOM",
@@ -43,7 +43,7 @@ def parse_event(event: object, where: str, known: Iterable[str] = ()) -> tuple[s
     if not isinstance(event, str):
         raise UnknownEventError(
             f"{where}: an event must be a string like 'pre-step', 'post-step' or a custom "
-            f"event name, got {event!r} ({type(event).__name__})."
+            f"event name, got {safe_repr(event)} ({type(event).__name__})."
         )
     phase, sep, name = event.partition("-")
     if sep and phase in PHASES and name:
@@ -51,7 +51,7 @@ def parse_event(event: object, where: str, known: Iterable[str] = ()) -> tuple[s
     if not sep and event.isidentifier():
         return CUSTOM, event
     raise UnknownEventError(
-        f"{where}: {event!r} is not an event name. Events are '<phase>-<join point>' with a "
+        f"{where}: {safe_repr(event)} is not an event name. Events are '<phase>-<join point>' with a "
         f"phase of {', '.join(PHASES)} (e.g. 'pre-step'), or a custom event name."
         + closest(event, known)
     )

@@ -32,7 +32,7 @@ from ._chains import PLANNER
 from ._dispatch import CLASSMETHOD, FUNCTION, JOIN_POINT_ATTR, JoinPoint, as_attribute, join_point_of
 from ._joinpoints import name_join_point, track_join_point
 from ._registration import Handle, register
-from .errors import HookError
+from .errors import HookError, safe_repr
 from .events import PHASES
 
 __all__ = ["HookableCallable", "HookableClassCallable", "HookableWrapper", "hookable", "make_join_point"]
@@ -202,7 +202,7 @@ def make_join_point(fn: Any, event: str | None) -> Any:
     phase, dash, _ = (event or "").partition("-")
     if event is not None and (not event or event.startswith("-") or (dash and phase in PHASES)):
         raise HookError(
-            f"@hookable({event!r}): give the join point name, like 'loss'; its events "
+            f"@hookable({safe_repr(event)}): give the join point name, like 'loss'; its events "
             f"(pre-loss, post-loss, ...) are named after it."
         )
     existing = join_point_of(fn)
@@ -227,6 +227,6 @@ def make_join_point(fn: Any, event: str | None) -> Any:
     if callable(fn):
         return HookableWrapper(fn, JoinPoint(fn, event, FUNCTION, PLANNER))
     raise HookError(
-        f"@hookable needs a function or method, got {fn!r} ({type(fn).__name__}). "
+        f"@hookable needs a function or method, got {safe_repr(fn)} ({type(fn).__name__}). "
         f"Put @hookable directly above a `def`."
     )

@@ -10,7 +10,7 @@ import sys
 import threading
 from typing import Any, Callable, Sequence
 
-from .errors import HookError, closest
+from .errors import HookError, closest, safe_repr
 from .events import CUSTOM, normalize, parse_event
 
 __all__ = ["Gate", "Options", "Registration", "make_options", "order_entries", "process_rank"]
@@ -152,21 +152,41 @@ def make_options(where: str, *, prepend: bool = False, before: Any = (), after: 
             + f" Options: {', '.join(OPTION_NAMES)}."
         )
     if every is not None and (not isinstance(every, int) or isinstance(every, bool) or every < 1):
-        raise HookError(f"{where}: every={every!r} must be a whole number >= 1 (fire on calls N, 2N, ...).")
+        raise HookError(f"{where}: every={safe_repr(every)} must be a whole number >= 1 (fire on calls N, 2N, ...).")
     if when is not None and not callable(when):
-        raise HookError(f"{where}: when={when!r} must be a predicate taking the hooked object.")
+        raise HookError(f"{where}: when={safe_repr(when)} must be a predicate taking the hooked object.")
     if when is not None and inspect.iscoroutinefunction(getattr(when, "__func__", when)):
         raise HookError(f"{where}: when={getattr(when, '__qualname__', when)} is an async def: its "
                         f"coroutine would always read as true. Make it a plain def.")
+    if when is not None:
+        _check_when_arity(when, where)
     for name, flag in (("prepend", prepend), ("once", once), ("rank_zero_only", rank_zero_only)):
         if not isinstance(flag, bool):  # "no" would read as true
-            raise HookError(f"{where}: {name}={flag!r} must be True or False.")
+            raise HookError(f"{where}: {name}={safe_repr(flag)} must be True or False.")
     before_t, after_t = _refs(before, "before", where), _refs(after, "after", where)
     filtered = every is not None or once or when is not None or rank_zero_only
     gate = Gate(every, bool(once), when, rank_zero_only) if filtered else None
     if not (prepend or before_t or after_t or gate):
         return None
     return Options(bool(prepend), before_t, after_t, gate)
+
+
+def _check_when_arity(when: Callable[[Any], Any], where: str) -> None:
+    """``when(obj)`` is called with one argument, the hooked object: a predicate that
+    cannot take it is refused now, not at the first call (when it can tell)."""
+    try:
+        signature = inspect.signature(when)
+    except (TypeError, ValueError):  # a builtin or an object that hides it: trust it
+        return
+    try:
+        signature.bind(None)
+    except TypeError:
+        label = getattr(when, "__qualname__", None) or type(when).__name__
+        raise HookError(
+            f"{where}: when={label}{signature} cannot be called with the one argument it is "
+            f"given, the hooked object (None for a plain function). Define it as "
+            f"`def when(obj): ...` (returning whether the callback runs)."
+        ) from None
 
 
 def _refs(value: Any, name: str, where: str) -> tuple[Any, ...]:
@@ -178,7 +198,7 @@ def _refs(value: Any, name: str, where: str) -> tuple[Any, ...]:
     for ref in refs:
         if ref is None or isinstance(ref, (bool, int, float, complex, bytes)):
             raise HookError(
-                f"{where}: {name}={ref!r} names no callback. Give the callback itself, its "
+                f"{where}: {name}={safe_repr(ref)} names no callback. Give the callback itself, its "
                 f"name, or a Callback object or class."
             )
     return refs

@@ -37,7 +37,7 @@ from ._dispatch import (
     ArgRef,
     Step,
 )
-from .errors import CallbackSignatureError
+from .errors import CallbackSignatureError, safe_repr
 
 __all__ = ["JoinPointSpec", "callable_label", "callback_parameters", "plan_step"]
 
@@ -173,7 +173,7 @@ def plan_step(fn: Callable[..., Any], phase: int, spec: JoinPointSpec, pass_obj:
     if gate is not None:
         gate.label = f"{label} for event {event!r}"
     if not callable(fn):
-        raise CallbackSignatureError(f"{where}: {fn!r} is not callable; register a function.")
+        raise CallbackSignatureError(f"{where}: {safe_repr(fn)} is not callable; register a function.")
     try:
         params = callback_parameters(fn)
     except (TypeError, ValueError) as exc:

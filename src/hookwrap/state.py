@@ -13,12 +13,16 @@ from .errors import HookError
 __all__ = ["callback_state", "load_callback_state", "stateful_callbacks"]
 
 
-def stateful_callbacks(obj: Any) -> dict[str, Any]:
+def stateful_callbacks(obj: Any, where: str = "stateful_callbacks") -> dict[str, Any]:
     """``state_key -> callback`` for each callback object with ``state_dict()`` attached
     to ``obj`` in any tier, in chain order. A key taken already gets ``#2``, ``#3``, ...
     (two callbacks of one class and settings, in the order they were attached)."""
     found: dict[int, Any] = {}
-    for entries in describe(obj).chains.values():
+    try:
+        chains = describe(obj).chains
+    except HookError as exc:  # told as this function's error: the object is what was passed
+        raise HookError(f"{where}({type(obj).__qualname__}): {exc}") from None
+    for entries in chains.values():
         for entry in entries:
             owner = getattr(entry.fn, "__self__", None)
             if owner is not None and callable(getattr(owner, "state_dict", None)) \
@@ -39,7 +43,7 @@ def callback_state(obj: Any) -> dict[str, Any]:
     """The ``state_dict()`` of every stateful callback attached to ``obj``, by
     ``state_key``. Save it beside the model's: ``torch.save({"model": ...,
     "callbacks": hookwrap.callback_state(trainer)}, path)``."""
-    return {key: cb.state_dict() for key, cb in stateful_callbacks(obj).items()}
+    return {key: cb.state_dict() for key, cb in stateful_callbacks(obj, "callback_state").items()}
 
 
 def load_callback_state(obj: Any, state: dict[str, Any], strict: bool = True) -> None:
@@ -50,7 +54,7 @@ def load_callback_state(obj: Any, state: dict[str, Any], strict: bool = True) ->
     if not isinstance(state, dict):
         raise HookError(f"load_callback_state: expected the dict callback_state() returned, "
                         f"got {type(state).__name__}.")
-    attached = stateful_callbacks(obj)
+    attached = stateful_callbacks(obj, "load_callback_state")
     unused = sorted(set(state) - set(attached))
     missing = sorted(set(attached) - set(state))
     if strict and (unused or missing):
