@@ -776,7 +776,7 @@ def emitter(planner: Any) -> Callable[..., None]:
         owner = state if state is not None else record
         try:  # (a subscript, not .get: no method call)
             event = owner.emit_cache[name] if owner is not None else None
-        except KeyError:
+        except (KeyError, TypeError):  # TypeError: an unhashable name, which gather refuses
             event = None
         if event is None:  # not gathered yet
             event = planner.gather(target, tp, name)

@@ -27,7 +27,7 @@ from ._dispatch import join_point_of
 from ._joinpoints import join_points, name_join_point
 from ._owners import changed_class, discard_class_record, is_builtin_type, with_subclasses
 from ._registration import Removable
-from .errors import HookError, HookwrapWarning, closest
+from .errors import HookError, HookwrapWarning, closest, safe_repr
 from .events import PHASES, normalize
 from ._traced import drop_compiled_code
 from .hookable import make_join_point
@@ -151,18 +151,30 @@ def _raw_attribute(cls: type, name: str) -> Any:
     return getattr(cls, name)
 
 
+def _name_of(target: Any) -> str | None:
+    """A class's or module's name, where it has a plain string one."""
+    for attr in ("__qualname__", "__name__"):
+        try:
+            name = getattr(target, attr, None)
+        except Exception:  # noqa: BLE001 - a user's __getattr__: the repr will do
+            return None
+        if isinstance(name, str) and name:
+            return name
+    return None
+
+
 def weave(target: Any, /, *names: str, **events: str) -> WeaveHandle:
     """Make ``names`` of ``target`` hookable, each a join point of its own name, and
     each ``event=attribute`` of ``events`` a join point named ``event``
     (``weave(Trainer, step="training_step")``); returns a handle that restores them."""
-    label: str = target if isinstance(target, str) else str(
-        getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or repr(target))
+    label: str = target if isinstance(target, str) else (
+        _name_of(target) or safe_repr(target))
     wanted = _wanted(label, names, events)
     if isinstance(target, str):
         return _weave_on_import(target, wanted)
     if not isinstance(target, (type, ModuleType)):
         raise HookError(
-            f"weave({target!r}): the target must be a class, a module, or a dotted "
+            f"weave({safe_repr(target)}): the target must be a class, a module, or a dotted "
             f"'package.module:Class' string."
         )
     handle = WeaveHandle(label)
@@ -181,11 +193,11 @@ def _wanted(label: str, names: tuple[str, ...], events: dict[str, str]) -> dict[
     wanted: dict[str, str | None] = {}
     for name in names:
         if not isinstance(name, str) or not name.isidentifier():
-            raise HookError(f"{where}: {name!r} is not an attribute name.")
+            raise HookError(f"{where}: {safe_repr(name)} is not an attribute name.")
         wanted[name] = None
     for event, name in events.items():
         if not isinstance(name, str) or not name.isidentifier():
-            raise HookError(f"{where}: {event}={name!r}: give the attribute to weave as a name.")
+            raise HookError(f"{where}: {event}={safe_repr(name)}: give the attribute to weave as a name.")
         phase, _, rest = event.partition("_")
         if phase in PHASES:  # 'pre_step' reads as the event pre-step of join point step
             raise HookError(
