@@ -275,3 +275,37 @@ def test_a_base_whose_init_subclass_forgets_super_still_prepares_subclasses(hw):
         class Typo(Base):
             def pre_stpe_callback(self, x):
                 return x
+
+
+def test_class_body_declarations_assigned_later_are_refused_not_ignored(hw):
+    # Read when the class is created (no metaclass sees a later assignment): one
+    # assigned afterwards is refused where the class tier is read next.
+    class Trainer(hw.Hookable):
+        @hw.hookable
+        def step(self, x):
+            return x
+
+    class Other(hw.Hookable):
+        @hw.hookable
+        def step(self, x):
+            return x
+
+    trainer = Trainer()
+    Trainer.callbacks = [("pre-step", lambda self, x: x + 1)]
+    with pytest.raises(hw.HookError, match=r"Trainer\.callbacks was assigned after the class was created.*"
+                                           r"hookwrap\.before\(.*Trainer, 'step', fn\)"):
+        trainer.before("step", lambda self, x: x)
+    with pytest.raises(hw.HookError, match=r"Trainer\.callbacks was assigned after"):
+        hw.before(Trainer, "step", lambda self, x: x)
+    with pytest.raises(hw.HookError, match=r"Trainer\.callbacks was assigned after"):
+        hw.describe(Trainer)
+    del Trainer.callbacks
+    trainer.before("step", lambda self, x: x + 1)
+    assert trainer.step(1) == 2 and trainer.callbacks and Trainer().callbacks == []
+
+    Other.pre_step_callback = lambda self, x: x + 1
+    with pytest.raises(hw.HookError, match=r"Other\.pre_step_callback was assigned or deleted after the class "
+                                           r"was created.*Declare it in the class body"):
+        Other().step(1)  # its chain is planned at the first call
+    del Other.pre_step_callback
+    assert Other().step(1) == 1

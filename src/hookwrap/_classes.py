@@ -11,15 +11,11 @@ from ._checks import check_pair
 from ._dispatch import join_point_of
 from ._joinpoints import join_points, name_join_point
 from ._owners import class_record, lock
-from ._tiers import check_class_tier
+from ._tiers import ClassCallbacksAttribute, callback_methods, check_class_tier
 from .errors import HookError
 from .hookable import make_join_point
 
 __all__ = ["ClassCallbacksAttribute", "declared_callbacks", "prepare_class"]
-
-
-class ClassCallbacksAttribute:
-    """Base of the descriptor that serves ``obj.callbacks`` (see mixin)."""
 
 
 _ABSENT = object()
@@ -38,6 +34,7 @@ def prepare_class(cls: type) -> None:
         if declared is not _ABSENT and not isinstance(declared, ClassCallbacksAttribute):
             record.declared = _parse_declared(cls, declared)
             delattr(cls, "callbacks")  # the per-instance descriptor serves it now
+        record.body = callback_methods(cls)
         _check_emits(cls)
         _keep_overrides_hookable(cls)
         # A class with join points of its own is checked now, so a typo fails at

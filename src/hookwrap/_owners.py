@@ -108,7 +108,7 @@ def rebuild(dropped: list[tuple[Any, Any, Any]]) -> None:
 class ClassRecord(Record):
     """What hookwrap keeps about one class, stored in the class."""
 
-    __slots__ = ("cls", "prepared", "declared", "own_entries", "join_points", "checked",
+    __slots__ = ("cls", "prepared", "declared", "body", "own_entries", "join_points", "checked",
                  "stateful", "own_getattribute", "states", "emit_cache")
 
     def __init__(self, cls: type) -> None:
@@ -116,6 +116,7 @@ class ClassRecord(Record):
         self.cls = cls
         self.prepared = False  # a Hookable subclass: its callbacks list and methods count
         self.declared: tuple[Any, ...] | None = ()  # its `callbacks` list, parsed; None drops
+        self.body: dict[str, Any] = {}  # its callback methods when it was created (see _tiers)
         self.own_entries: list[Any] | None = None  # its class-body entries (cache)
         self.join_points: dict[str, Any] | None = None  # event -> join point (cache)
         self.checked = False  # its class tier passed the checks

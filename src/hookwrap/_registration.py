@@ -12,7 +12,7 @@ from ._dispatch import FUNCTION, join_point_of
 from ._joinpoints import all_join_points, has_join_points, spec_of
 from ._owners import (GLOBAL, changed_class, changed_function, changed_global, class_record, function_record,
                       is_builtin_type, lock)
-from ._tiers import instance_state
+from ._tiers import instance_state, refuse_late_class_changes
 from .errors import HookError, UnknownEventError, closest, safe_repr
 from .events import CUSTOM, PHASES, normalize, parse_event
 from .options import Registration, make_options, order_entries
@@ -148,6 +148,7 @@ def register_entries(target: Any, registrations: list[Registration], where: str)
         target = jp.owner
     if isinstance(target, type):
         cls = target
+        refuse_late_class_changes(cls)
         for registration in registrations:
             check_registration(cls, registration, where)
         record = class_record(cls)
@@ -160,6 +161,7 @@ def register_entries(target: Any, registrations: list[Registration], where: str)
                else f"make its methods hookable with @hookwrap.hookable, or, for a class you cannot "
                     f"edit, hookwrap.weave({tp.__qualname__}, {registrations[0].name!r})")
         raise UnknownEventError(f"{where}: {tp.__qualname__} has no join points; {fix}.")
+    refuse_late_class_changes(type(target))
     state = instance_state(target)
     assert state is not None
     return _add(state.callbacks, registrations, None)

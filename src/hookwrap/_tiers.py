@@ -40,13 +40,16 @@ from .options import Options, Registration, order_entries
 from .signature import callable_label
 
 __all__ = [
+    "ClassCallbacksAttribute",
     "Entry",
     "InstanceCallbackList",
     "InstanceHooks",
     "Source",
+    "callback_methods",
     "can_hold_state",
     "check_class_tier",
     "class_entries",
+    "refuse_late_class_changes",
     "entries_for",
     "instance_state",
 ]
@@ -101,10 +104,52 @@ def _entry(registration: Registration, source: Source) -> Entry:
 # --- the class tier ------------------------------------------------------------
 
 
+class ClassCallbacksAttribute:
+    """Base of the descriptor that serves ``obj.callbacks`` (see mixin)."""
+
+
+def callback_methods(klass: type) -> dict[str, Any]:
+    """``klass``'s own ``{phase}_<event>_callback`` attributes."""
+    return {attr: value for attr, value in list(vars(klass).items()) if callback_method_event(attr)}
+
+
+def _refuse_late_changes(klass: type, record: Any) -> None:
+    """A class's ``callbacks`` list and callback methods are read when it is created;
+    one assigned later would be ignored (no metaclass sees the assignment: Hookable
+    mixes with ABC and other metaclasses), so it is refused wherever the class tier
+    is read next: a registration, a call planning its chain, ``describe``."""
+    where = klass.__qualname__
+    fix = (f"Declare it in the class body, or register for every instance with "
+           f"hookwrap.before({where}, 'step', fn) (after, around, on_error), or on one object "
+           f"with obj.before(...).")
+    late = vars(klass).get("callbacks")
+    if late is not None and not isinstance(late, ClassCallbacksAttribute):
+        raise HookError(f"{where}.callbacks was assigned after the class was created, where "
+                        f"it is not read (its declared list is fixed then). {fix}")
+    now = callback_methods(klass)
+    if now != record.body:
+        changed = sorted(attr for attr in now.keys() | record.body.keys()
+                         if now.get(attr, _GONE) is not record.body.get(attr, _GONE))
+        raise HookError(f"{where}.{changed[0]} was assigned or deleted after the class was created, "
+                        f"where it is not read (callback methods are read then). {fix}")
+
+
+_GONE = object()
+
+
+def refuse_late_class_changes(tp: type) -> None:
+    """``_refuse_late_changes`` for ``tp`` and each prepared class it derives from."""
+    for klass in tp.__mro__:
+        record = class_record(klass, create=False)
+        if record is not None and record.prepared:
+            _refuse_late_changes(klass, record)
+
+
 def _own_entries(klass: type, record: Any) -> tuple[list[Entry] | None, list[tuple[str, Entry | None]]]:
     """``klass``'s class-body entries: its declared list (None: ``callbacks = None``
     drops the inherited ones) and its callback methods (None: ``pre_step_callback =
     None`` drops the inherited one). Read once, kept in its record."""
+    _refuse_late_changes(klass, record)
     if record.own_entries is not None:
         return record.own_entries  # type: ignore[no-any-return]
     declared: list[Entry] | None = None
