@@ -207,6 +207,26 @@ def test_replacing_var_args_with_the_wrong_type_is_an_error(hw):
         t.forward(1)
 
 
+@pytest.mark.parametrize("replacement, message", [
+    ({1: 2}, r"returned a dict for \*\*kwargs with the key 1; keyword arguments are named by strings"),
+    ({"x": 5}, r"returned a dict for \*\*kwargs with the key 'x', a parameter of its own; ask for 'x'"),
+])
+def test_a_kwargs_replacement_that_cannot_be_passed_names_the_callback(hw, replacement, message):
+    class Trainer(hw.Hookable):
+        @hw.hookable
+        def forward(self, x, **kwargs):
+            return x, kwargs
+
+    t = Trainer()
+    t.before("forward", lambda self, kwargs: replacement)
+    for call in (lambda: t.forward(1, a=2), lambda: t.forward(x=1), lambda: t.forward(1)):
+        with pytest.raises(hw.CallbackReturnError, match=r"callback .*<lambda> \(.*\) for event 'pre-forward' " + message):
+            call()
+    t.callbacks.clear()
+    t.before("forward", lambda self, kwargs: {"y": 3})
+    assert t.forward(1, a=2) == (1, {"y": 3})
+
+
 def test_exception_in_callback_propagates_unchanged_with_a_note(hw):
     t = make_trainer(hw, [])
     error = KeyError("boom")

@@ -84,11 +84,24 @@ def check_var_value(step: Any, ref: Any, value: Any) -> None:
             f"callback {step.label} for event {step.event!r} returned a "
             f"{type(value).__name__} for *{ref.name}; return a tuple of positional arguments."
         )
-    if ref.kind == _VAR_KW and not isinstance(value, dict):
-        raise CallbackReturnError(
-            f"callback {step.label} for event {step.event!r} returned a "
-            f"{type(value).__name__} for **{ref.name}; return a dict of keyword arguments."
-        )
+    if ref.kind == _VAR_KW:
+        if not isinstance(value, dict):
+            raise CallbackReturnError(
+                f"callback {step.label} for event {step.event!r} returned a "
+                f"{type(value).__name__} for **{ref.name}; return a dict of keyword arguments."
+            )
+        for key in value:
+            if not isinstance(key, str):
+                raise CallbackReturnError(
+                    f"callback {step.label} for event {step.event!r} returned a dict for "
+                    f"**{ref.name} with the key {safe_repr(key)}; keyword arguments are named by strings."
+                )
+            if key in ref.extra:  # a named parameter: it has its own argument
+                raise CallbackReturnError(
+                    f"callback {step.label} for event {step.event!r} returned a dict for "
+                    f"**{ref.name} with the key {key!r}, a parameter of its own; ask for {key!r} "
+                    f"and return its replacement instead."
+                )
 
 
 _POST_PHASE, _ERROR_PHASE = 1, 3  # Step.phase of post and error callbacks, see _fast_py
