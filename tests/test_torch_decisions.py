@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import sys
 
 import pytest
 
@@ -45,14 +46,17 @@ def collectives(monkeypatch):
 
 @pytest.fixture
 def one_rank_group(tmp_path):
-    """A real gloo process group of one rank, in this process."""
+    """A real gloo process group of one rank, in this process. init_process_group
+    replaces sys.excepthook (to prefix "[rank0]: "): put it back after."""
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip("this torch has no gloo backend")
+    hook = sys.excepthook
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'init'}", rank=0, world_size=1)
     try:
         yield
     finally:
         dist.destroy_process_group()
+        sys.excepthook = hook
 
 
 def _run_callbacks(hw, ht, tmp_path, losses, scores):
