@@ -22,6 +22,10 @@ except ImportError as exc:  # pragma: no cover - exercised without torch install
     ) from exc
 
 from .checkpoint import BestCheckpoint
+from .distributed import all_ranks_mean
+from .distributed import any_rank
+from .distributed import is_distributed
+from .distributed import ranks_where
 from .early_stopping import EarlyStopping
 from .metrics_logger import MetricsLogger
 from .monitors import GradNorm
@@ -41,4 +45,8 @@ __all__ = [
     "NonFiniteError",
     "ProgressBar",
     "StepTimer",
+    "all_ranks_mean",
+    "any_rank",
+    "is_distributed",
+    "ranks_where",
 ]

@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 from ..errors import HookError
 from ._attach import CountingCallback, reader, Source, to_float
+from .distributed import all_ranks_mean
 
 __all__ = ["Best", "MonitoredCallback"]
 
@@ -44,7 +45,9 @@ class Best:
 class MonitoredCallback(CountingCallback):
     """Reads ``monitor`` from join point ``event`` after each call (an argument, the
     return value, or a key of the returned mapping) and tracks its best value;
-    subclasses act in ``improved`` / ``not_improved``."""
+    subclasses act in ``improved`` / ``not_improved``. Under torch.distributed the
+    value is the mean over the ranks (``all_ranks_mean``: one all-reduce per call), so
+    every rank takes the same decision at the same call."""
 
     def __init__(self, monitor: str, mode: str, min_delta: float, event: str,
                  step_event: str | None) -> None:
@@ -60,7 +63,7 @@ class MonitoredCallback(CountingCallback):
 
     def observe(self, obj: Any, value: Any) -> None:
         assert self.source is not None
-        current = to_float(self.source.pick(value, self.where))
+        current = all_ranks_mean(to_float(self.source.pick(value, self.where)))
         if self.best.improves(current):
             self.best.value, self.best_step = current, self.step
             self.improved(obj, current)

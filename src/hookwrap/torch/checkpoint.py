@@ -6,8 +6,10 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
+from ..errors import HookError
 from ._attach import DefaultEvent, reader, from_object, is_rank_zero
 from ._best import MonitoredCallback
+from .distributed import any_rank, is_distributed, ranks_where
 
 __all__ = ["BestCheckpoint"]
 
@@ -24,7 +26,14 @@ class BestCheckpoint(MonitoredCallback):
     attribute of the hooked object, or they are the objects themselves
     (``optimizer=None`` saves the model only). With ``restore_best=True`` the best
     weights are loaded back into the model after ``fit_event`` returns (read the
-    same way from that join point). Under torch.distributed only rank 0 writes.
+    same way from that join point).
+
+    Under torch.distributed ``monitor`` is the mean over the ranks (one all-reduce
+    per evaluation), so every rank agrees on "improved"; rank 0 alone writes, then
+    every rank waits for the write (an all-reduce of "did it fail", the barrier: no
+    rank reads a half-written file, and a failed write stops every rank). The
+    restore loads the file on each rank onto the device of the model's parameters
+    (``map_location``); ``path`` must be on a filesystem every rank sees.
     """
 
     def __init__(self, path: str | os.PathLike[str], monitor: str = "val_loss", mode: str = "min",
@@ -73,9 +82,20 @@ class BestCheckpoint(MonitoredCallback):
             self._release(self.event)
 
     def improved(self, obj: Any, value: float) -> None:
-        if is_rank_zero():
-            model, optimizer = self._held.get((self.event, "model")), self._held.get((self.event, "optimizer"))
-            self.save(obj, value, model, optimizer)
+        failed = True
+        try:
+            if is_rank_zero():
+                model, optimizer = self._held.get((self.event, "model")), self._held.get((self.event, "optimizer"))
+                self.save(obj, value, model, optimizer)
+            failed = False
+        finally:
+            # The barrier after the write, which also tells the others if it failed
+            # (rank 0 then raises its own error, every other rank this one).
+            if is_distributed() and any_rank(failed) and not failed:
+                raise HookError(
+                    f"{self.where}: rank 0 failed to write the checkpoint at step {self.step} "
+                    f"(its error says why); stopping every rank."
+                )
 
     def save(self, obj: Any, value: float, model: Any = None, optimizer: Any = None) -> None:
         """Write the checkpoint: ``model`` and ``optimizer`` given, else read from ``obj``."""
@@ -104,16 +124,36 @@ class BestCheckpoint(MonitoredCallback):
 
     def load_best(self, obj: Any, model: Any = None, optimizer: Any = None) -> None:
         """Load the best weights saved so far into the model (and optimizer):
-        ``model`` and ``optimizer`` given, else read from ``obj``."""
+        ``model`` and ``optimizer`` given, else read from ``obj``. Onto the device of
+        the model's parameters; under torch.distributed on every rank."""
         import torch
 
-        if not self.path.exists():
+        exists = self.path.exists()
+        if is_distributed():  # every rank loads, or none: the same answer everywhere
+            seen = ranks_where(exists)
+            if len(seen) not in (0, torch.distributed.get_world_size()):
+                raise HookError(
+                    f"{self.where}: rank 0 wrote {str(self.path)!r} but only rank(s) "
+                    f"{', '.join(map(str, seen))} can read it. Put it on a filesystem every "
+                    f"rank shares."
+                )
+            exists = bool(seen)
+        if not exists:
             return  # nothing improved yet: the model is as good as it gets
-        checkpoint = torch.load(self.path, weights_only=True)
         if model is None:
             model = from_object(obj, self.model, "model", self.where)
+        checkpoint = torch.load(self.path, map_location=_device_of(model), weights_only=True)
         model.load_state_dict(checkpoint["model"])
         if self.optimizer is not None and "optimizer" in checkpoint:
             if optimizer is None:
                 optimizer = from_object(obj, self.optimizer, "optimizer", self.where)
             optimizer.load_state_dict(checkpoint["optimizer"])
+
+
+def _device_of(model: Any) -> Any:
+    """Where the model's parameters live (the first one's device), else the CPU."""
+    import torch
+
+    parameters = getattr(model, "parameters", None)
+    first = next(iter(parameters()), None) if callable(parameters) else None
+    return first.device if first is not None else torch.device("cpu")

@@ -38,7 +38,7 @@ class GradNorm(CountingCallback):
         grads = [p.grad for p in model.parameters() if p.grad is not None]
         if not grads:
             return
-        norm = float(torch.nn.utils.get_total_norm(grads, self.norm_type))
+        norm = float(total_norm(grads, self.norm_type))
         self.history.append((self.step, norm))
         if self.logger is not None:
             self.logger.log("grad_norm", norm, self.step)
@@ -53,6 +53,22 @@ class GradNorm(CountingCallback):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.calls = state["calls"]
+
+
+def total_norm(tensors: list[Any], norm_type: float) -> Any:
+    """The ``norm_type`` norm of all ``tensors`` together, a 0-dim tensor:
+    ``torch.nn.utils.get_total_norm`` (torch 2.6+), else the same computed by hand
+    (the norm of the per-tensor norms; ``inf`` is the largest absolute value), on
+    the first tensor's device."""
+    import torch
+
+    get_total_norm = getattr(torch.nn.utils, "get_total_norm", None)
+    if get_total_norm is not None:
+        return get_total_norm(tensors, norm_type)
+    p = float(norm_type)
+    device = tensors[0].device
+    norms = [torch.linalg.vector_norm(t.detach(), p).to(device) for t in tensors]
+    return torch.linalg.vector_norm(torch.stack(norms), p)
 
 
 class LRMonitor(CountingCallback):

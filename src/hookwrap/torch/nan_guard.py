@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from ..errors import CallbackSignatureError
 from ._attach import CountingCallback, DefaultEvent, per_join_point, reader
+from .distributed import is_distributed, ranks_where
 
 __all__ = ["NanGuard", "NonFiniteError"]
 
@@ -51,6 +52,10 @@ class NanGuard(CountingCallback):
     ``step_event`` (the join point ``step`` where the target has one). On CUDA each
     check reads one boolean back from the device: pass ``every=N`` to
     ``add_callback`` to check every N-th call only.
+
+    Under torch.distributed every rank stops together: each check shares whether
+    the value was finite with one all-reduce (``ranks_where``), and when it was not
+    on any rank, every rank raises at that step, naming the rank(s) where it was not.
     """
 
     def __init__(self, events: tuple[str, ...] | list[str] | str = ("loss",),
@@ -96,10 +101,22 @@ class NanGuard(CountingCallback):
     def _check(self, obj: Any, what: str, value: Any) -> None:
         self.checked += 1
         found = _first_non_finite(value)
+        ranks = ranks_where(found is not None) if is_distributed() else None
+        if found is None and not ranks:
+            return
+        when = f"at step {self.step}" if self.step else "before any step was counted"
+        of = f" ({type(obj).__name__})" if obj is not None else ""
+        if ranks is None:
+            on = ""
+        else:
+            on = f" on rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
         if found is not None:
-            when = f"at step {self.step}" if self.step else "before any step was counted"
-            of = f" ({type(obj).__name__})" if obj is not None else ""
-            raise NonFiniteError(
-                f"NanGuard: {what} {found[1]}{found[0]} {when}{of}. Stopping the run; lower the "
-                f"learning rate, clip gradients, or check the inputs of that step."
-            )
+            seen = f"{what} {found[1]}{found[0]} {when}{on}"
+        else:  # finite here, not on another rank: stop with it
+            import torch.distributed as dist
+
+            seen = f"{what} NaN or infinite {when}{on} (finite on this rank, {dist.get_rank()})"
+        raise NonFiniteError(
+            f"NanGuard: {seen}{of}. Stopping the run; lower the learning rate, clip "
+            f"gradients, or check the inputs of that step."
+        )

@@ -1,0 +1,98 @@
+"""Decisions every rank takes together under ``torch.distributed``.
+
+A callback that ends or changes the run (stop early, stop on a NaN, save "the
+best" checkpoint) must decide the same on every rank: a rank that leaves the loop
+alone leaves the others waiting in their next collective (DDP's gradient
+all-reduce) forever. These helpers reduce a decision's input across the default
+process group, with one collective each, so that every rank gets the same answer:
+
+* ``any_rank(flag)``: ``True`` on every rank when ``flag`` is true on any;
+* ``ranks_where(flag)``: the ranks where ``flag`` is true (to say which);
+* ``all_ranks_mean(value)``: the mean of a number over the ranks.
+
+When torch.distributed is not initialised (one process, the usual case) they
+communicate nothing and return their input as a one-rank answer; the check costs a
+dictionary lookup and two calls (``is_available() and is_initialized()``), and
+imports nothing. Each is a collective when it is initialised: every rank must call
+it, in the same order as the other collectives, or they wait for each other.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+__all__ = ["all_ranks_mean", "any_rank", "is_distributed", "ranks_where"]
+
+
+def _initialized() -> Any:
+    """``torch.distributed`` when its default process group is initialised, else None.
+    Never imports it: a process that has not imported it has no process group."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist
+    return None
+
+
+def is_distributed() -> bool:
+    """True when torch.distributed's default process group is initialised."""
+    return _initialized() is not None
+
+
+def _device(dist: Any) -> Any:
+    """The device a collective's tensor lives on for the default group's backend:
+    the CPU for gloo and MPI (and a ``cpu:gloo,cuda:nccl`` pair), the current CUDA
+    device for NCCL."""
+    import torch
+
+    backend = str(dist.get_backend()).lower()
+    if "nccl" in backend and "cpu:" not in backend and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def any_rank(flag: bool) -> bool:
+    """``True`` on every rank when ``flag`` is true on at least one rank (one
+    all-reduce, MAX); ``flag`` itself when not distributed. For a stop decision::
+
+        if any_rank(loss_is_bad):   # every rank stops at the same step
+            raise hookwrap.StopTraining("bad loss on some rank")
+    """
+    dist = _initialized()
+    if dist is None:
+        return bool(flag)
+    import torch
+
+    tensor = torch.tensor([1 if flag else 0], dtype=torch.int64, device=_device(dist))
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return bool(tensor.item())
+
+
+def ranks_where(flag: bool) -> list[int]:
+    """The ranks, in order, where ``flag`` is true, the same list on every rank (one
+    all-reduce of a world-sized vector); ``[0]`` or ``[]`` when not distributed.
+    ``any_rank`` that can also say where."""
+    dist = _initialized()
+    if dist is None:
+        return [0] if flag else []
+    import torch
+
+    tensor = torch.zeros(dist.get_world_size(), dtype=torch.int64, device=_device(dist))
+    if flag:
+        tensor[dist.get_rank()] = 1
+    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return [rank for rank, seen in enumerate(tensor.tolist()) if seen]
+
+
+def all_ranks_mean(value: float) -> float:
+    """The mean of ``value`` over all ranks, the same float on every rank (one
+    all-reduce, SUM, in float64, then divided by the world size); ``value`` itself
+    when not distributed. A NaN on any rank makes the mean NaN."""
+    dist = _initialized()
+    if dist is None:
+        return float(value)
+    import torch
+
+    tensor = torch.tensor([float(value)], dtype=torch.float64, device=_device(dist))
+    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return float(tensor.item()) / int(dist.get_world_size())
