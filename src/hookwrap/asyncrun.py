@@ -67,3 +67,6 @@ async def run_chain_async(chain: Any, func: Callable[..., Any], obj: Any,
         if chain.error and not isinstance(exc, StopTraining):
             await _run_steps(chain.error, obj, args, kwargs, exc)
         raise
+
+
+run_steps_async = _run_steps  # the steps of one phase, for genrun's async generators

@@ -1,0 +1,64 @@
+"""The chain of a generator join point (``def`` with ``yield``, or ``async def``
+with ``yield``): its call runs while the generator runs. Calling the join point
+returns a generator; when it is first advanced, the pre callbacks run and the
+function is called (through around advice, which gets and returns the
+generator); its items pass through; when it is exhausted, the post callbacks run
+(``return_value``: what the generator returned); an exception raised while it
+runs reaches the error callbacks. A generator closed early ends without post
+callbacks, as a call that did not finish. Shared by both dispatch
+implementations (it calls only their Step methods and ``call_around``)."""
+
+from __future__ import annotations
+
+from typing import Any, AsyncGenerator, Callable, Generator
+
+from ._dispatch import call_around
+from .asyncrun import run_steps_async
+from .errors import StopTraining
+
+__all__ = ["run_chain_async_generator", "run_chain_generator"]
+
+
+def _run_steps(steps: Any, obj: Any, args: list[Any], kwargs: dict[str, Any], result: Any) -> Any:
+    for step in steps:
+        if step.gate is None or step.gate.admit(obj):
+            result = step.absorb(obj, args, kwargs, step.invoke(obj, args, kwargs, result), result)
+    return result
+
+
+def _call(chain: Any, func: Callable[..., Any], obj: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    if chain.around:
+        return call_around(chain.around, 0, func, obj,
+                           tuple(args[1:] if chain.around[0].pass_obj else args), kwargs)
+    return func(*args, **kwargs)
+
+
+def run_chain_generator(chain: Any, func: Callable[..., Any], obj: Any, args: list[Any],
+                        kwargs: dict[str, Any]) -> Generator[Any, Any, Any]:
+    try:
+        _run_steps(chain.pre, obj, args, kwargs, None)
+        returned = yield from _call(chain, func, obj, args, kwargs)  # send() and throw() reach it
+        return _run_steps(chain.post, obj, args, kwargs, returned)
+    except Exception as exc:
+        if chain.error and not isinstance(exc, StopTraining):
+            _run_steps(chain.error, obj, args, kwargs, exc)
+        raise
+
+
+async def run_chain_async_generator(chain: Any, func: Callable[..., Any], obj: Any, args: list[Any],
+                                    kwargs: dict[str, Any]) -> AsyncGenerator[Any, Any]:
+    try:
+        await run_steps_async(chain.pre, obj, args, kwargs, None)
+        inner = _call(chain, func, obj, args, kwargs)
+        sent = None
+        while True:
+            try:
+                item = await (inner.asend(sent) if sent is not None else inner.__anext__())
+            except StopAsyncIteration:
+                break
+            sent = yield item
+        await run_steps_async(chain.post, obj, args, kwargs, None)
+    except Exception as exc:
+        if chain.error and not isinstance(exc, StopTraining):
+            await run_steps_async(chain.error, obj, args, kwargs, exc)
+        raise
