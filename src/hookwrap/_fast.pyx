@@ -31,7 +31,7 @@ from types import MethodType
 from ._fast_py import EmitStep, emit_runner
 from ._fast_py import emitter as _pure_emitter
 
-from .errors import callback_note as _callback_note
+from .errors import note_callback as _note_callback
 from .errors import emit_return_error as _emit_return_error
 from .errors import check_var_value as _check_var_value
 from .errors import missing_argument as _missing_argument
@@ -231,7 +231,7 @@ cdef int _reraise_noted(object label, object event) except -1:
     try:
         hookwrap_pending_error()
     except BaseException as exc:
-        exc.add_note(_callback_note(label, event))
+        _note_callback(exc, label, event)
         raise
 
 
@@ -974,7 +974,7 @@ cdef int _reraise_from_around(Step step, _Proceed proceed, _Proceed caller) exce
         hookwrap_pending_error()
     except BaseException as exc:
         if step is not None and exc is not proceed.raised:
-            exc.add_note(_callback_note(step.label, step.event))
+            _note_callback(exc, step.label, step.event)
         if caller is not None:
             caller.raised = exc
         raise

@@ -14,7 +14,7 @@ from keyword import iskeyword as _iskeyword
 from types import FunctionType, MethodType
 from typing import Any, Callable, NamedTuple, cast
 
-from .errors import callback_note as _callback_note
+from .errors import note_callback as _note_callback
 from .errors import emit_return_error as _emit_return_error
 from .errors import check_var_value as _check_var_value
 from .errors import missing_argument as _missing_argument
@@ -150,7 +150,7 @@ class Step:
                 return self.fn(*values[:-n], **keywords)
             return self.fn(*values)
         except BaseException as exc:
-            exc.add_note(_callback_note(self.label, self.event))
+            _note_callback(exc, self.label, self.event)
             raise
 
     def absorb(self, obj: Any, args: list[Any], kwargs: dict[str, Any], raw: Any,
@@ -571,7 +571,7 @@ def call_around(around: tuple[Step, ...], index: int, func: Callable[..., Any], 
         return step.fn(proceed, *args, **kwargs)
     except BaseException as exc:
         if exc is not raised:
-            exc.add_note(_callback_note(step.label, step.event))
+            _note_callback(exc, step.label, step.event)
         raise
 
 
@@ -594,7 +594,7 @@ def _compile_runner(chain: Chain, nargs: int, kwnames: tuple[str, ...]) -> Any:
     names = [f"a{i}" for i in range(nargs)]
     keywords = {name: f"k{i}" for i, name in enumerate(kwnames)}  # keyword -> its local
     passed = names + [f"{name}={local}" for name, local in keywords.items()]
-    ns: dict[str, Any] = {"RE": _return_error, "NOTE": _callback_note, "AROUND": chain.around,
+    ns: dict[str, Any] = {"RE": _return_error, "NOTE": _note_callback, "AROUND": chain.around,
                           "CALL_AROUND": call_around}
     body: list[str] = []
     for phase, steps in ((PRE, chain.pre), (POST, chain.post)):
@@ -632,7 +632,7 @@ def _compile_runner(chain: Chain, nargs: int, kwnames: tuple[str, ...]) -> Any:
                 "try:",
                 f"    r = F{tag}({', '.join(call_args)})",
                 "except BaseException as e:",
-                f"    e.add_note(NOTE(S{tag}.label, S{tag}.event))",
+                f"    NOTE(e, S{tag}.label, S{tag}.event)",
                 "    raise",
             ]
             if phase == POST:
@@ -694,13 +694,13 @@ def _around_code(around: tuple[Step, ...], seen: list[str], keywords: list[str],
             "    except BaseException as e:",
         ]
         if inner:  # the inner advice's own error is its to note
-            lines.append(f"        if e is not raised{i + 1}: e.add_note(NOTE(SA{i + 1}.label, SA{i + 1}.event))")
+            lines.append(f"        if e is not raised{i + 1}: NOTE(e, SA{i + 1}.label, SA{i + 1}.event)")
         lines += [f"        raised{i} = e", "        raise"]  # passed through: not advice i's
     lines += [
         "try:",
         f"    result = FA0({'obj, ' if pass_obj else ''}proceed0{''.join(', ' + arg for arg in seen + keywords)})",
         "except BaseException as e:",
-        "    if e is not raised0: e.add_note(NOTE(SA0.label, SA0.event))",
+        "    if e is not raised0: NOTE(e, SA0.label, SA0.event)",
         "    raise",
     ]
     return lines
@@ -784,7 +784,7 @@ def emit_runner(steps: tuple[EmitStep, ...]) -> Callable[..., None]:
     """``run(target, name, kwargs)``: the steps of one call shape as straight-line
     code (see _compile_runner), each listener called with the keywords it takes,
     named one by one (cheaper than ``**kwargs``, which also passes them all)."""
-    ns: dict[str, Any] = {"NOTE": _callback_note, "RETURNED": _emit_return_error}
+    ns: dict[str, Any] = {"NOTE": _note_callback, "RETURNED": _emit_return_error}
     body: list[str] = []
     for i, (fn, gate, take, names, label) in enumerate(steps):
         ns[f"F{i}"], ns[f"G{i}"], ns[f"L{i}"] = fn, gate, label
@@ -793,7 +793,7 @@ def emit_runner(steps: tuple[EmitStep, ...]) -> Callable[..., None]:
             "try:",
             f"    r = F{i}(target{passed})",
             "except BaseException as e:",
-            f"    e.add_note(NOTE(L{i}, name))",
+            f"    NOTE(e, L{i}, name)",
             "    raise",
             f"if r is not None: raise RETURNED(L{i}, name, r)",
         ]

@@ -9,7 +9,7 @@ import inspect
 from typing import Any, Callable
 
 from ._dispatch import call_around
-from .errors import StopTraining, callback_note
+from .errors import StopTraining, note_callback
 
 __all__ = ["run_chain_async"]
 
@@ -20,7 +20,7 @@ async def _settle(step: Any, raw: Any) -> Any:
     try:
         return await raw
     except BaseException as exc:
-        exc.add_note(callback_note(step.label, step.event))
+        note_callback(exc, step.label, step.event)
         raise
 
 

@@ -69,6 +69,19 @@ def callback_note(label: str, event: str) -> str:
     return f"hookwrap: raised in callback {label} during event {event!r}"
 
 
+def add_note_once(exc: BaseException, note: str) -> None:
+    """Add ``note`` to ``exc`` unless it already carries it: an exception object
+    raised again (a callback re-raising a stored one, call after call) gains it once."""
+    notes = getattr(exc, "__notes__", None)
+    if notes is None or note not in notes:
+        exc.add_note(note)
+
+
+def note_callback(exc: BaseException, label: str, event: str) -> None:
+    """Note on ``exc`` that callback ``label`` raised it during ``event`` (once)."""
+    add_note_once(exc, callback_note(label, event))
+
+
 def missing_argument(step: Any, ref: Any) -> TypeError:
     return TypeError(
         f"callback {step.label} asks for argument {ref.name!r} of event {step.event!r}, "
