@@ -848,7 +848,7 @@ cdef class _Proceed:
     cdef readonly Py_ssize_t index
     cdef readonly object func
     cdef readonly object obj
-    cdef readonly bint called
+    cdef readonly int state  # errors.PROCEED_FRESH, _CALLED, or _ENDED (its advice returned)
     cdef readonly object raised
     # Its vectorcall is set by _around_from, which makes every one: a __cinit__
     # would cost each ~50 instructions parsing its (empty) arguments.
@@ -865,9 +865,9 @@ _proceed_probe = None
 
 
 cdef object _proceed_vectorcall(_Proceed self, PyObject **args, size_t nargsf, PyObject *kwnames):
-    if self.called:
-        raise _proceed_twice(self.around[self.index])
-    self.called = True
+    if self.state:
+        raise _proceed_twice(self.around[self.index], self.state)
+    self.state = 1
     cdef bint pass_obj = (<Step>PyTuple_GET_ITEM(self.around, 0)).pass_obj
     if self.index + 1 == PyTuple_GET_SIZE(self.around) and (
             not pass_obj or nargsf & PY_VECTORCALL_ARGUMENTS_OFFSET):
@@ -929,7 +929,7 @@ cdef object _around_from(tuple around, Py_ssize_t index, object func, object obj
             proceed.vectorcall = <void *>_proceed_vectorcall
         else:  # taken while in use: a nested call makes its own
             _spare_proceed = None
-            proceed.called = False
+            proceed.state = 0
         proceed.around = around
         proceed.index = index
         proceed.func = func
@@ -957,11 +957,18 @@ cdef object _around_from(tuple around, Py_ssize_t index, object func, object obj
     PyMem_Free(spill)
     if result is NULL:
         _reraise_from_around(step if proceed is not None else None, proceed, caller)
-    if proceed is not None and Py_REFCNT(proceed) == 1 and _spare_proceed is None:
-        # The advice kept no reference to it: keep it for the next call, holding
-        # nothing of this one (its object, the function, an error passed through).
-        proceed.around = proceed.func = proceed.obj = proceed.raised = None
-        _spare_proceed = proceed
+    if proceed is not None:
+        if Py_REFCNT(proceed) != 1:
+            # The advice kept it: once its call is over it may not run (it would
+            # skip the chain, or run in another call), and it holds nothing of it.
+            if not proceed.state:
+                proceed.state = 2
+            proceed.func = proceed.obj = proceed.raised = None
+        elif _spare_proceed is None:
+            # The advice kept no reference to it: keep it for the next call, holding
+            # nothing of this one (its object, the function, an error passed through).
+            proceed.around = proceed.func = proceed.obj = proceed.raised = None
+            _spare_proceed = proceed
     return hookwrap_steal(result)
 
 
@@ -970,6 +977,8 @@ cdef int _reraise_from_around(Step step, _Proceed proceed, _Proceed caller) exce
     function), noted with the advice unless it came through its ``proceed``,
     and kept on ``caller`` (the proceed that ran this level), for the advice
     around it to tell its own errors from those passed through."""
+    if proceed is not None and not proceed.state:
+        proceed.state = 2  # a proceed kept by advice that raised: its call is over
     try:
         hookwrap_pending_error()
     except BaseException as exc:

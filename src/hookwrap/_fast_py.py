@@ -548,15 +548,16 @@ def call_around(around: tuple[Step, ...], index: int, func: Callable[..., Any], 
         index += 1
     else:
         return func(obj, *args, **kwargs) if pass_obj else func(*args, **kwargs)
-    called = False
+    state = 0  # PROCEED_FRESH; then CALLED, or ENDED once the advice returned (errors)
     raised: BaseException | None = None
 
     def proceed(*args: Any, **kwargs: Any) -> Any:
-        """Run the rest: inner advice, then the function (at most once)."""
-        nonlocal called, raised
-        if called:
-            raise _proceed_twice(step)
-        called = True
+        """Run the rest: inner advice, then the function (at most once, and only
+        while the advice's own call lasts)."""
+        nonlocal state, raised
+        if state:
+            raise _proceed_twice(step, state)
+        state = 1
         try:
             if index + 1 == n:  # the innermost advice: the function itself
                 return func(obj, *args, **kwargs) if pass_obj else func(*args, **kwargs)
@@ -573,6 +574,9 @@ def call_around(around: tuple[Step, ...], index: int, func: Callable[..., Any], 
         if exc is not raised:
             _note_callback(exc, step.label, step.event)
         raise
+    finally:
+        if not state:  # a proceed kept for later: its call is over
+            state = 2
 
 
 # --- Compiled runners: the pure twin's fast path ------------------------------
@@ -681,12 +685,12 @@ def _around_code(around: tuple[Step, ...], seen: list[str], keywords: list[str],
         target = f"FA{i + 1}" if inner else "func"
         lead = ("obj, " if pass_obj else "") + (f"proceed{i + 1}, " if inner else "")
         lines += [
-            f"called{i} = False",
+            f"called{i} = 0",  # then 1 (called), or 2 once its advice returned (errors.PROCEED_*)
             f"raised{i} = None",
             f"def proceed{i}({params}*args, **kwargs):",
-            f"    nonlocal called{i}, raised{i}",
-            f"    if called{i}: raise TWICE(SA{i})",  # proceed runs the rest at most once
-            f"    called{i} = True",
+            f"    nonlocal called{i}, raised{i}{f', called{i + 1}' if inner else ''}",
+            f"    if called{i}: raise TWICE(SA{i}, called{i})",  # at most once, during its call
+            f"    called{i} = 1",
             "    try:",
             f"        if args or kwargs{missing}:",
             f"            return {target}({lead}*({_packed(slots)}), **kwargs)",
@@ -696,12 +700,16 @@ def _around_code(around: tuple[Step, ...], seen: list[str], keywords: list[str],
         if inner:  # the inner advice's own error is its to note
             lines.append(f"        if e is not raised{i + 1}: NOTE(e, SA{i + 1}.label, SA{i + 1}.event)")
         lines += [f"        raised{i} = e", "        raise"]  # passed through: not advice i's
+        if inner:  # advice i + 1 returned: a proceed it kept is no use now
+            lines += ["    finally:", f"        if not called{i + 1}: called{i + 1} = 2"]
     lines += [
         "try:",
         f"    result = FA0({'obj, ' if pass_obj else ''}proceed0{''.join(', ' + arg for arg in seen + keywords)})",
         "except BaseException as e:",
         "    if e is not raised0: NOTE(e, SA0.label, SA0.event)",
         "    raise",
+        "finally:",
+        "    if not called0: called0 = 2",
     ]
     return lines
 

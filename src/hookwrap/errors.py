@@ -149,8 +149,30 @@ def _short_repr(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def proceed_twice(step: Any) -> HookError:
+# What a proceed() knows of its own use (the dispatch modules keep it per proceed).
+PROCEED_FRESH, PROCEED_CALLED, PROCEED_ENDED = 0, 1, 2
+
+
+def proceed_twice(step: Any, state: int = PROCEED_CALLED) -> HookError:
+    """A proceed() called when it may not be: a second time (``PROCEED_CALLED``), or
+    after the advised call it was made for has ended (``PROCEED_ENDED``)."""
+    if state == PROCEED_ENDED:
+        join_point = str(step.event).removeprefix("around-")
+        return HookError(
+            f"around callback {step.label} for event {step.event!r} kept its proceed() and it "
+            f"was called after that call of join point {join_point!r} had ended: proceed is "
+            f"only valid inside the advice's own call, before the advice returns. To run the "
+            f"join point again, call it (its callbacks and advice run again)."
+        )
     return HookError(
         f"around callback {step.label} for event {step.event!r} called proceed() a second "
         f"time; call it at most once (to retry, loop inside a single call of the join point)."
+    )
+
+
+def proceed_not_awaited(step: Any) -> HookError:
+    return HookError(
+        f"async around callback {step.label} for event {step.event!r} called proceed() "
+        f"without awaiting it, so the join point did not run. Fix: `return await proceed(...)` "
+        f"(proceed() of an async join point returns a coroutine)."
     )
