@@ -29,6 +29,7 @@ from inspect import iscoroutinefunction as _iscoroutinefunction
 from types import MethodType
 
 from ._fast_py import EmitStep, emit_runner
+from ._fast_py import MAX_CALL_SHAPES  # the bound on plans per chain or event (see there)
 from ._fast_py import emitter as _pure_emitter
 
 from .errors import note_callback as _note_callback
@@ -358,7 +359,7 @@ cdef class Chain:
     cdef object _pure  # a pure copy of its steps, for torch.compile (see traced)
     cdef readonly bint read_by_trace
     cdef _ShapePlan shape  # the plan for the last call shape seen (fast path)
-    cdef dict shapes  # every call shape seen: (nargs, keyword names) -> plan
+    cdef dict shapes  # the first MAX_CALL_SHAPES call shapes seen: (nargs, keyword names) -> plan
 
     def __init__(self, tp, bint fire, tuple pre, tuple post,
                  tuple around=(), tuple error=(), bint check_state=True, base=None):
@@ -429,6 +430,10 @@ cdef class _ShapePlan:
     cdef tuple post
     cdef tuple around  # None: no around advice
     cdef Py_ssize_t skip  # leading arguments around advice does not see (the object)
+
+
+cdef _ShapePlan _UNPLANNED = _ShapePlan.__new__(_ShapePlan)  # not fit: the general path
+_UNPLANNED.fit = False
 
 
 cdef _ShapePlan _plan_shape(Chain chain, Py_ssize_t nargs, object kwnames):
@@ -673,9 +678,12 @@ cdef object _run_chain(JoinPoint self, Chain chain, object obj, PyObject **args,
             # Another call shape: plan it once, and keep it for callers that alternate.
             key = (nargs, names)
             plan = chain.shapes.get(key)
-            if plan is None:
+            if plan is None and len(chain.shapes) < MAX_CALL_SHAPES:
                 plan = chain.shapes[key] = _plan_shape(chain, nargs, names)
-            chain.shape = plan
+            if plan is not None:
+                chain.shape = plan
+            else:  # a shape past MAX_CALL_SHAPES: the general path, keeping nothing
+                plan = _UNPLANNED
         if plan.fit:
             return _run_fast(plan, self.func, obj, args, nargs, kwnames)
     # Callbacks to run: take the arguments into a list and a dict they may rewrite.

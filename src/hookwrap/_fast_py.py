@@ -46,6 +46,14 @@ MISSING = inspect.Parameter.empty
 # A callback may ask for at most this many arguments of the join point (the
 # compiled twin calls it from a fixed C array; both twins refuse more alike).
 MAX_CALLBACK_ARGS = 31
+# Plans (and the pure twin's runners) kept per chain for its call shapes (how many
+# positional arguments, which keyword names), and per custom event for the sets of
+# keywords emitted: the first this many. A call of another shape runs on the
+# general path (compiled: no plan; pure: no generated runner, whose keyword
+# names CPython 3.12+ would keep interned for good), keeping nothing, so a
+# program passing ever new keyword names (a dict of metrics as **kwargs) keeps
+# memory flat and stops paying for planning each new shape.
+MAX_CALL_SHAPES = 64
 STATE_KEY = "__hookwrap__"  # spelt out in emitter below, read as an attribute
 # Where a class keeps its record (``_owners.ClassRecord``).
 RECORD_ATTR = "__hookwrap_class__"
@@ -481,14 +489,14 @@ def _dispatch(jp: JoinPoint, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
         return jp.planner.run_async(chain, jp.func, obj, list(args), kwargs)
     if not kwargs:
         runner = chain.runners.get(len(args))
-        if runner is None:
+        if runner is None and len(chain.runners) < MAX_CALL_SHAPES:
             runner = chain.runners[len(args)] = _compile_runner(chain, len(args), ())
         if runner:
             return runner(jp.func, obj, *args)
     else:
         shape = (len(args), tuple(kwargs))
         runner = chain.runners.get(shape)
-        if runner is None:
+        if runner is None and len(chain.runners) < MAX_CALL_SHAPES:
             runner = chain.runners[shape] = _compile_runner(chain, len(args), shape[1])
         if runner:
             return runner(jp.func, obj, *args, *kwargs.values())
@@ -754,7 +762,8 @@ def emitter(planner: Any) -> Callable[..., None]:
     """The ``emit`` function. On a miss it asks ``planner.gather(target, tp, name)``
     for the event's listeners (which it caches on their owner) and
     ``planner.plan(event, shape, tp, name)`` for a call shape's steps (which it
-    keeps in ``event.plans``, and their ``emit_runner`` in ``event.runners``)."""
+    keeps in ``event.plans``, and their ``emit_runner`` in ``event.runners``, for
+    the first MAX_CALL_SHAPES shapes)."""
 
     def emit(target: Any, name: str, /, **kwargs: Any) -> None:
         """Call the callbacks of custom event ``name`` on ``target``, each with the
@@ -781,11 +790,30 @@ def emitter(planner: Any) -> Callable[..., None]:
         try:
             run = event.runners[shape]
         except KeyError:  # plan the shape: its steps, and their runner (emit_runner)
-            planner.plan(event, shape, tp, name)
-            run = event.runners[shape]
+            plan = planner.plan(event, shape, tp, name)
+            run = event.runners.get(shape)
+            if run is None:  # past MAX_CALL_SHAPES: planned for this call only
+                _run_emit_steps(plan, target, name, kwargs)
+                return
         run(target, name, kwargs)
 
     return emit
+
+
+def _run_emit_steps(steps: tuple[EmitStep, ...], target: Any, name: str,
+                    kwargs: dict[str, Any]) -> None:
+    """What ``emit_runner(steps)`` does, without generating code (for a call
+    shape not kept: see MAX_CALL_SHAPES)."""
+    for fn, gate, _take, names, label in steps:
+        if gate is not None and not gate.admit(target):
+            continue
+        try:
+            r = fn(target, **{key: kwargs[key] for key in names})
+        except BaseException as e:
+            _note_callback(e, label, name)
+            raise
+        if r is not None:
+            raise _emit_return_error(label, name, r)
 
 
 def emit_runner(steps: tuple[EmitStep, ...]) -> Callable[..., None]:
