@@ -773,6 +773,10 @@ cdef class JoinPoint(_BindsLikeAFunction):
         # Pickle by reference, like the function it wraps.
         return self.__qualname__
 
+    def __repr__(self):
+        # As the function it stands for reads, and the pure twin's (a function).
+        return f"<function {getattr(self, '__qualname__', self.event)} at {id(self):#x}>"
+
 
 def as_attribute(JoinPoint jp):
     """What to store in a class or module for ``jp``: the join point itself."""
