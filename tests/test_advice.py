@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
 
@@ -388,3 +389,132 @@ def test_async_and_generator_callbacks_on_a_sync_join_point_are_refused(hw):
             return True
 
         loop.before("step", lambda self: None, when=ready)
+
+
+# Audit (issue 21) item 10: a proceed is valid only inside its own call.
+
+
+@pytest.mark.parametrize("path", ["fast", "general", "nested", "filtered"])
+def test_a_kept_proceed_is_refused_after_its_call_and_in_another_call(hw, path):
+    """A proceed the advice did not call before returning cannot run the method
+    later (that would skip the chain), neither after the call nor during the next
+    one; both the planned path and the general one (an error callback, a filter)."""
+    log = []
+    kept = []
+
+    class Trainer(hw.Hookable):
+        @hw.hookable
+        def step(self, batch):
+            log.append(("step", batch))
+            return batch
+
+    def keeping(self, proceed, batch):
+        if batch == "keep":
+            kept.append(proceed)  # not called: the advice skips the call
+            return "skipped"
+        if kept:  # call 2 tries call 1's proceed
+            return kept[0](batch)
+        return proceed(batch)
+
+    t = Trainer()
+    if path == "nested":  # the inner advice keeps its proceed
+        t.around("step", lambda self, proceed, batch: proceed(batch))
+    t.around("step", keeping, every=1 if path == "filtered" else None)
+    if path == "general":
+        t.on_error("step", lambda self, exception: None)
+    assert t.step("keep") == "skipped"
+    with pytest.raises(hw.HookError, match=r"kept its proceed\(\).*after that call of join point "
+                                           r"'step' had ended: proceed is only valid inside the "
+                                           r"advice's own call"):
+        kept[0]("late")
+    with pytest.raises(hw.HookError, match=r"only valid inside the advice's own call"):
+        t.step("next")  # its advice calls call 1's proceed
+    assert log == []
+    kept.clear()
+    assert t.step(5) == 5 and log == [("step", 5)]
+
+
+def test_a_proceed_kept_by_advice_that_raised_is_refused_later(hw):
+    log = []
+    kept = []
+
+    class Trainer(hw.Hookable):
+        @hw.hookable
+        def step(self, batch):
+            log.append(batch)
+            return batch
+
+    def failing(self, proceed, batch):
+        kept.append(proceed)
+        raise KeyError(batch)
+
+    Trainer().around("step", failing)
+    t = Trainer()
+    t.around("step", failing)
+    with pytest.raises(KeyError):
+        t.step(1)
+    with pytest.raises(hw.HookError, match=r"only valid inside the advice's own call"):
+        kept[0](2)
+    assert log == []
+
+
+def test_async_advice_calling_proceed_without_await_is_an_error(hw):
+    log = []
+
+    class Trainer(hw.Hookable):
+        @hw.hookable
+        async def step(self, x):
+            log.append(x)
+            return x
+
+    async def forgetful(self, proceed, x):
+        proceed(x)  # never awaited: the method would not run
+        return 0
+
+    t = Trainer()
+    handle = t.around("step", forgetful)
+    with pytest.raises(hw.HookError, match=r"called proceed\(\) without awaiting it.*"
+                                           r"`return await proceed\(\.\.\.\)`"):
+        asyncio.run(t.step(1))
+    assert log == []
+    handle.remove()
+
+    kept = []
+
+    async def keeping(self, proceed, x):
+        kept.append(proceed)
+        return -1
+
+    async def passing(self, proceed, x):  # returning proceed's awaitable is fine too
+        return proceed(x)
+
+    t.around("step", passing)
+    assert asyncio.run(t.step(2)) == 2 and log == [2]
+    t.around("step", keeping)
+    assert asyncio.run(t.step(3)) == -1
+    with pytest.raises(hw.HookError, match=r"only valid inside the advice's own call"):
+        kept[0](4)
+    assert log == [2]
+
+
+def test_async_advice_errors_are_noted_unless_passed_through(hw):
+    class Trainer(hw.Hookable):
+        @hw.hookable
+        async def step(self, x):
+            raise ValueError(x)
+
+    async def translating(self, proceed, x):
+        if x == 1:
+            return await proceed(x)
+        raise KeyError(x)
+
+    t = Trainer()
+    t.around("step", translating)
+    with pytest.raises(ValueError) as passed:
+        asyncio.run(t.step(1))
+    assert not getattr(passed.value, "__notes__", None)
+    with pytest.raises(KeyError) as own:
+        asyncio.run(t.step(2))
+    assert len(own.value.__notes__) == 1
+    assert re.fullmatch(r"hookwrap: raised in callback .*translating.* during event 'around-step'",
+                        own.value.__notes__[0])

@@ -356,3 +356,53 @@ def test_a_callback_signature_is_read_once_per_code_object(hw, monkeypatch):
         with t.before("step", scaled):
             assert t.step(2) == (2 * i if i else 2)
     assert sum("scaled" in str(r) for r in reads) == 1  # the first registration only
+
+
+@pytest.mark.parametrize("where", ["pre", "post", "general", "around", "when", "emit", "async"])
+def test_an_exception_raised_again_and_again_is_noted_once(hw, where):
+    """Audit (issue 21) item 14: an exception object a callback raises on every call
+    (a stored one) carries hookwrap's note once, not once per call."""
+    import asyncio
+
+    error = KeyError("stored")
+
+    def explode(*args, **kwargs):
+        raise error
+
+    class Trainer(hw.Hookable):
+        emits = ("on_logged",)
+
+        @hw.hookable
+        def step(self, batch):
+            return batch
+
+        @hw.hookable
+        async def astep(self, batch):
+            return batch
+
+    t = Trainer()
+    if where == "pre":
+        t.before("step", lambda self, batch: explode())
+    elif where == "post":
+        t.after("step", lambda self, return_value: explode())
+    elif where == "general":  # an error callback: the unplanned path
+        t.before("step", lambda self, batch: explode())
+        t.on_error("step", lambda self, exception: None)
+    elif where == "around":
+        t.around("step", lambda self, proceed, batch: explode())
+    elif where == "when":
+        t.before("step", lambda self, batch: batch, when=explode)
+    elif where == "emit":
+        t.on("on_logged", lambda self: explode())
+    else:
+        t.before("astep", lambda self, batch: explode())
+    for _ in range(5):
+        with pytest.raises(KeyError) as info:
+            if where == "emit":
+                t.emit("on_logged")
+            elif where == "async":
+                asyncio.run(t.astep(1))
+            else:
+                t.step(1)
+        assert info.value is error
+    assert len(error.__notes__) == 1, error.__notes__

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import re
 
 import pytest
 
@@ -382,3 +383,37 @@ def test_join_point_names_that_are_phase_words_are_fine(hw):
     t = Trainer()
     t.after("error", lambda self, return_value: return_value + 1)
     assert t.report_error(1) == 2
+
+
+def test_introspection_an_async_join_point_is_a_coroutine_function_and_reprs_match(hw):
+    """Audit (issue 21) item 25: inspect.iscoroutinefunction sees an async join
+    point as the function it wraps, and a join point's repr names the function,
+    alike in both twins (as the function's own repr: ``<function T.step at 0x...>``)."""
+
+    class Trainer(hw.Hookable):
+        @hw.hookable
+        async def fit(self, n):
+            return n
+
+        @hw.hookable
+        def step(self, batch):
+            return batch
+
+    @hw.hookable
+    async def free(n):
+        return n
+
+    t = Trainer()
+    for fn in (Trainer.fit, t.fit, free, Trainer.__dict__["fit"]):
+        assert inspect.iscoroutinefunction(fn), fn
+    for fn in (Trainer.step, t.step, Trainer.__dict__["step"]):
+        assert not inspect.iscoroutinefunction(fn), fn
+    assert asyncio.run(t.fit(3)) == 3 and asyncio.run(free(4)) == 4
+    with pytest.raises(TypeError):  # a call the function refuses fails at once, as it would
+        t.fit()
+    qualname = Trainer.step.__qualname__
+    assert qualname.endswith("<locals>.Trainer.step")
+    for jp, name in ((Trainer.__dict__["step"], qualname), (Trainer.__dict__["fit"], qualname[:-4] + "fit"),
+                     (free, free.__qualname__)):
+        assert re.fullmatch(rf"<function {re.escape(name)} at 0x[0-9a-f]+>", repr(jp)), repr(jp)
+    assert repr(t.step).startswith(f"<bound method {qualname} of ")

@@ -252,3 +252,42 @@ def test_a_registration_rebuilds_only_the_chains_it_changes(hw):
         sibling.step(1)
     assert evaluates.built == [Sibling]
     assert Sibling not in steps.built
+
+
+@pytest.mark.parametrize("kind", ["call", "emit"])
+def test_distinct_keyword_sets_keep_the_plans_bounded(hw, kind):
+    """Audit (issue 21) item 12: a plan is kept per call shape (the keyword names
+    passed) and per set of emitted keywords; a program passing ever new names
+    keeps at most MAX_CALL_SHAPES of them per chain or custom event, so memory
+    stays flat however many it passes."""
+    class Trainer(hw.Hookable):
+        emits = ("on_logged",)
+
+        @hw.hookable
+        def step(self, **metrics):
+            return len(metrics)
+
+    trainer = Trainer()
+    ran = []
+    trainer.before("step", lambda self: ran.append(1))
+    trainer.on("on_logged", lambda self: ran.append(1))
+
+    def cycle(start: int, n: int) -> None:
+        for i in range(start, start + n):
+            keywords = {f"metric_{i}_{j}": j for j in range(3)}
+            if kind == "call":
+                assert trainer.step(**keywords) == 3
+            else:
+                trainer.emit("on_logged", **keywords)
+
+    cycle(0, 300)  # past the bound: every cache is as full as it gets
+    gc.collect()
+    before = sys.getallocatedblocks()
+    cycle(1000, 1200)
+    gc.collect()
+    # Each shape kept would hold several blocks (its key, plan, runner): 1,200 of
+    # them would show as 10,000 or more. (What remains moves up and down with
+    # the size of the dictionaries the names pass through.)
+    assert sys.getallocatedblocks() - before < 2000
+    assert len(ran) == 1500  # a shape not kept runs its callbacks all the same
+    assert importlib.import_module("hookwrap._dispatch").MAX_CALL_SHAPES == 64

@@ -18,7 +18,7 @@ __all__ = [
     "AROUND", "CLASSMETHOD", "ERROR", "EXCEPTION", "FUNCTION", "JOIN_POINT_ATTR", "KW_ONLY", "MAX_CALLBACK_ARGS", "METHOD", "MISSING",
     "NO_EXTENSIONS", "POST", "POS_ONLY", "POS_OR_KW", "PRE", "RETURN_VALUE", "STATE_KEY",
     "USING_EXTENSION", "VAR_KW", "VAR_POS", "ArgRef", "Chain", "EmitEvent", "EmitStep", "HookState",
-    "JoinPoint", "RECORD_ATTR", "Step", "as_attribute", "call_around", "emit_runner", "emitter", "join_point_of",
+    "JoinPoint", "MAX_CALL_SHAPES", "RECORD_ATTR", "Step", "as_attribute", "call_around", "emit_runner", "emitter", "join_point_of",
     "show_python_twins",
 ]
 
@@ -61,6 +61,7 @@ from ._fast_py import (  # noqa: E402
     EXCEPTION,
     FUNCTION,
     JOIN_POINT_ATTR,
+    MAX_CALL_SHAPES,
     MAX_CALLBACK_ARGS,
     KW_ONLY,
     METHOD,

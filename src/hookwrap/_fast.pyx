@@ -29,9 +29,10 @@ from inspect import iscoroutinefunction as _iscoroutinefunction
 from types import MethodType
 
 from ._fast_py import EmitStep, emit_runner
+from ._fast_py import MAX_CALL_SHAPES  # the bound on plans per chain or event (see there)
 from ._fast_py import emitter as _pure_emitter
 
-from .errors import callback_note as _callback_note
+from .errors import note_callback as _note_callback
 from .errors import emit_return_error as _emit_return_error
 from .errors import check_var_value as _check_var_value
 from .errors import missing_argument as _missing_argument
@@ -231,7 +232,7 @@ cdef int _reraise_noted(object label, object event) except -1:
     try:
         hookwrap_pending_error()
     except BaseException as exc:
-        exc.add_note(_callback_note(label, event))
+        _note_callback(exc, label, event)
         raise
 
 
@@ -358,7 +359,7 @@ cdef class Chain:
     cdef object _pure  # a pure copy of its steps, for torch.compile (see traced)
     cdef readonly bint read_by_trace
     cdef _ShapePlan shape  # the plan for the last call shape seen (fast path)
-    cdef dict shapes  # every call shape seen: (nargs, keyword names) -> plan
+    cdef dict shapes  # the first MAX_CALL_SHAPES call shapes seen: (nargs, keyword names) -> plan
 
     def __init__(self, tp, bint fire, tuple pre, tuple post,
                  tuple around=(), tuple error=(), bint check_state=True, base=None):
@@ -429,6 +430,10 @@ cdef class _ShapePlan:
     cdef tuple post
     cdef tuple around  # None: no around advice
     cdef Py_ssize_t skip  # leading arguments around advice does not see (the object)
+
+
+cdef _ShapePlan _UNPLANNED = _ShapePlan.__new__(_ShapePlan)  # not fit: the general path
+_UNPLANNED.fit = False
 
 
 cdef _ShapePlan _plan_shape(Chain chain, Py_ssize_t nargs, object kwnames):
@@ -673,9 +678,12 @@ cdef object _run_chain(JoinPoint self, Chain chain, object obj, PyObject **args,
             # Another call shape: plan it once, and keep it for callers that alternate.
             key = (nargs, names)
             plan = chain.shapes.get(key)
-            if plan is None:
+            if plan is None and len(chain.shapes) < MAX_CALL_SHAPES:
                 plan = chain.shapes[key] = _plan_shape(chain, nargs, names)
-            chain.shape = plan
+            if plan is not None:
+                chain.shape = plan
+            else:  # a shape past MAX_CALL_SHAPES: the general path, keeping nothing
+                plan = _UNPLANNED
         if plan.fit:
             return _run_fast(plan, self.func, obj, args, nargs, kwnames)
     # Callbacks to run: take the arguments into a list and a dict they may rewrite.
@@ -765,6 +773,10 @@ cdef class JoinPoint(_BindsLikeAFunction):
         # Pickle by reference, like the function it wraps.
         return self.__qualname__
 
+    def __repr__(self):
+        # As the function it stands for reads, and the pure twin's (a function).
+        return f"<function {getattr(self, '__qualname__', self.event)} at {id(self):#x}>"
+
 
 def as_attribute(JoinPoint jp):
     """What to store in a class or module for ``jp``: the join point itself."""
@@ -848,7 +860,7 @@ cdef class _Proceed:
     cdef readonly Py_ssize_t index
     cdef readonly object func
     cdef readonly object obj
-    cdef readonly bint called
+    cdef readonly int state  # errors.PROCEED_FRESH, _CALLED, or _ENDED (its advice returned)
     cdef readonly object raised
     # Its vectorcall is set by _around_from, which makes every one: a __cinit__
     # would cost each ~50 instructions parsing its (empty) arguments.
@@ -865,9 +877,9 @@ _proceed_probe = None
 
 
 cdef object _proceed_vectorcall(_Proceed self, PyObject **args, size_t nargsf, PyObject *kwnames):
-    if self.called:
-        raise _proceed_twice(self.around[self.index])
-    self.called = True
+    if self.state:
+        raise _proceed_twice(self.around[self.index], self.state)
+    self.state = 1
     cdef bint pass_obj = (<Step>PyTuple_GET_ITEM(self.around, 0)).pass_obj
     if self.index + 1 == PyTuple_GET_SIZE(self.around) and (
             not pass_obj or nargsf & PY_VECTORCALL_ARGUMENTS_OFFSET):
@@ -929,7 +941,7 @@ cdef object _around_from(tuple around, Py_ssize_t index, object func, object obj
             proceed.vectorcall = <void *>_proceed_vectorcall
         else:  # taken while in use: a nested call makes its own
             _spare_proceed = None
-            proceed.called = False
+            proceed.state = 0
         proceed.around = around
         proceed.index = index
         proceed.func = func
@@ -957,11 +969,18 @@ cdef object _around_from(tuple around, Py_ssize_t index, object func, object obj
     PyMem_Free(spill)
     if result is NULL:
         _reraise_from_around(step if proceed is not None else None, proceed, caller)
-    if proceed is not None and Py_REFCNT(proceed) == 1 and _spare_proceed is None:
-        # The advice kept no reference to it: keep it for the next call, holding
-        # nothing of this one (its object, the function, an error passed through).
-        proceed.around = proceed.func = proceed.obj = proceed.raised = None
-        _spare_proceed = proceed
+    if proceed is not None:
+        if Py_REFCNT(proceed) != 1:
+            # The advice kept it: once its call is over it may not run (it would
+            # skip the chain, or run in another call), and it holds nothing of it.
+            if not proceed.state:
+                proceed.state = 2
+            proceed.func = proceed.obj = proceed.raised = None
+        elif _spare_proceed is None:
+            # The advice kept no reference to it: keep it for the next call, holding
+            # nothing of this one (its object, the function, an error passed through).
+            proceed.around = proceed.func = proceed.obj = proceed.raised = None
+            _spare_proceed = proceed
     return hookwrap_steal(result)
 
 
@@ -970,11 +989,13 @@ cdef int _reraise_from_around(Step step, _Proceed proceed, _Proceed caller) exce
     function), noted with the advice unless it came through its ``proceed``,
     and kept on ``caller`` (the proceed that ran this level), for the advice
     around it to tell its own errors from those passed through."""
+    if proceed is not None and not proceed.state:
+        proceed.state = 2  # a proceed kept by advice that raised: its call is over
     try:
         hookwrap_pending_error()
     except BaseException as exc:
         if step is not None and exc is not proceed.raised:
-            exc.add_note(_callback_note(step.label, step.event))
+            _note_callback(exc, step.label, step.event)
         if caller is not None:
             caller.raised = exc
         raise

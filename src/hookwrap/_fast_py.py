@@ -14,7 +14,7 @@ from keyword import iskeyword as _iskeyword
 from types import FunctionType, MethodType
 from typing import Any, Callable, NamedTuple, cast
 
-from .errors import callback_note as _callback_note
+from .errors import note_callback as _note_callback
 from .errors import emit_return_error as _emit_return_error
 from .errors import check_var_value as _check_var_value
 from .errors import missing_argument as _missing_argument
@@ -46,6 +46,14 @@ MISSING = inspect.Parameter.empty
 # A callback may ask for at most this many arguments of the join point (the
 # compiled twin calls it from a fixed C array; both twins refuse more alike).
 MAX_CALLBACK_ARGS = 31
+# Plans (and the pure twin's runners) kept per chain for its call shapes (how many
+# positional arguments, which keyword names), and per custom event for the sets of
+# keywords emitted: the first this many. A call of another shape runs on the
+# general path (compiled: no plan; pure: no generated runner, whose keyword
+# names CPython 3.12+ would keep interned for good), keeping nothing, so a
+# program passing ever new keyword names (a dict of metrics as **kwargs) keeps
+# memory flat and stops paying for planning each new shape.
+MAX_CALL_SHAPES = 64
 STATE_KEY = "__hookwrap__"  # read as an attribute by the dispatch functions
 _OBJECT_GETATTRIBUTE: Any = object.__getattribute__  # an instance's own attribute, whatever its class's
 # Where a class keeps its record (``_owners.ClassRecord``).
@@ -151,7 +159,7 @@ class Step:
                 return self.fn(*values[:-n], **keywords)
             return self.fn(*values)
         except BaseException as exc:
-            exc.add_note(_callback_note(self.label, self.event))
+            _note_callback(exc, self.label, self.event)
             raise
 
     def absorb(self, obj: Any, args: list[Any], kwargs: dict[str, Any], raw: Any,
@@ -301,6 +309,7 @@ class JoinPoint:
             self.event = name
         if self.binding == FUNCTION:  # defined in a class body: an instance method
             self.rebind(METHOD)
+        self.planner.named(self, owner, name)  # as the compiled twin's __set_name__ does
 
     def rebind(self, binding: int) -> None:
         """Make it a join point of another kind (a function found in a class body
@@ -311,6 +320,8 @@ class JoinPoint:
     def __get__(self, obj: Any, cls: type | None = None) -> Any:
         if obj is None:
             return self
+        if self.is_async and _ASYNC_STORED_AS_ITSELF:  # bound, it still reads as async
+            return MethodType(self, obj)
         return MethodType(self._dispatch, obj)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -320,14 +331,28 @@ class JoinPoint:
         # Pickle by reference, like the function it wraps.
         return str(getattr(self, "__qualname__"))
 
+    def __repr__(self) -> str:
+        # As the dispatch function stored for it reads, and the compiled twin's.
+        return f"<function {getattr(self, '__qualname__', self.event)} at {id(self):#x}>"
+
 
 def _show_python_twins(get: Any, call: Any, pure_copy: Any, emit_get: Any, emit_call: Any) -> None:
     """Nothing to do here: this twin's join points are Python already (see _traced)."""
 
 
+# Python 3.11 has no inspect.markcoroutinefunction: its iscoroutinefunction reads
+# the code flags of a function or of a function-like object, never a mark. There
+# an async join point is stored as itself, made function-like (hookable gives it
+# the function's __code__), and binds to itself: a Python-level __get__ and
+# __call__ cost it ~0.3 us a call (making and closing its coroutine: 261 -> 562 ns).
+_ASYNC_STORED_AS_ITSELF = not hasattr(inspect, "markcoroutinefunction")
+
+
 def as_attribute(jp: JoinPoint) -> Any:
-    """What to store in a class or module for ``jp``: its dispatch function."""
-    return _named_like(jp._dispatch, jp.func)
+    """What to store in a class or module for ``jp``: its dispatch function (but see
+    _ASYNC_STORED_AS_ITSELF)."""
+    stored = _named_like(jp._dispatch, jp.func)
+    return jp if jp.is_async and _ASYNC_STORED_AS_ITSELF else stored
 
 
 def _named_like(stored: Any, func: Any) -> Any:
@@ -493,14 +518,14 @@ def _dispatch(jp: JoinPoint, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
         return jp.planner.run_async(chain, jp.func, obj, list(args), kwargs)
     if not kwargs:
         runner = chain.runners.get(len(args))
-        if runner is None:
+        if runner is None and len(chain.runners) < MAX_CALL_SHAPES:
             runner = chain.runners[len(args)] = _compile_runner(chain, len(args), ())
         if runner:
             return runner(jp.func, obj, *args)
     else:
         shape = (len(args), tuple(kwargs))
         runner = chain.runners.get(shape)
-        if runner is None:
+        if runner is None and len(chain.runners) < MAX_CALL_SHAPES:
             runner = chain.runners[shape] = _compile_runner(chain, len(args), shape[1])
         if runner:
             return runner(jp.func, obj, *args, *kwargs.values())
@@ -560,15 +585,16 @@ def call_around(around: tuple[Step, ...], index: int, func: Callable[..., Any], 
         index += 1
     else:
         return func(obj, *args, **kwargs) if pass_obj else func(*args, **kwargs)
-    called = False
+    state = 0  # PROCEED_FRESH; then CALLED, or ENDED once the advice returned (errors)
     raised: BaseException | None = None
 
     def proceed(*args: Any, **kwargs: Any) -> Any:
-        """Run the rest: inner advice, then the function (at most once)."""
-        nonlocal called, raised
-        if called:
-            raise _proceed_twice(step)
-        called = True
+        """Run the rest: inner advice, then the function (at most once, and only
+        while the advice's own call lasts)."""
+        nonlocal state, raised
+        if state:
+            raise _proceed_twice(step, state)
+        state = 1
         try:
             if index + 1 == n:  # the innermost advice: the function itself
                 return func(obj, *args, **kwargs) if pass_obj else func(*args, **kwargs)
@@ -583,8 +609,11 @@ def call_around(around: tuple[Step, ...], index: int, func: Callable[..., Any], 
         return step.fn(proceed, *args, **kwargs)
     except BaseException as exc:
         if exc is not raised:
-            exc.add_note(_callback_note(step.label, step.event))
+            _note_callback(exc, step.label, step.event)
         raise
+    finally:
+        if not state:  # a proceed kept for later: its call is over
+            state = 2
 
 
 # --- Compiled runners: the pure twin's fast path ------------------------------
@@ -606,7 +635,7 @@ def _compile_runner(chain: Chain, nargs: int, kwnames: tuple[str, ...]) -> Any:
     names = [f"a{i}" for i in range(nargs)]
     keywords = {name: f"k{i}" for i, name in enumerate(kwnames)}  # keyword -> its local
     passed = names + [f"{name}={local}" for name, local in keywords.items()]
-    ns: dict[str, Any] = {"RE": _return_error, "NOTE": _callback_note, "AROUND": chain.around,
+    ns: dict[str, Any] = {"RE": _return_error, "NOTE": _note_callback, "AROUND": chain.around,
                           "CALL_AROUND": call_around}
     body: list[str] = []
     for phase, steps in ((PRE, chain.pre), (POST, chain.post)):
@@ -644,7 +673,7 @@ def _compile_runner(chain: Chain, nargs: int, kwnames: tuple[str, ...]) -> Any:
                 "try:",
                 f"    r = F{tag}({', '.join(call_args)})",
                 "except BaseException as e:",
-                f"    e.add_note(NOTE(S{tag}.label, S{tag}.event))",
+                f"    NOTE(e, S{tag}.label, S{tag}.event)",
                 "    raise",
             ]
             if phase == POST:
@@ -693,12 +722,12 @@ def _around_code(around: tuple[Step, ...], seen: list[str], keywords: list[str],
         target = f"FA{i + 1}" if inner else "func"
         lead = ("obj, " if pass_obj else "") + (f"proceed{i + 1}, " if inner else "")
         lines += [
-            f"called{i} = False",
+            f"called{i} = 0",  # then 1 (called), or 2 once its advice returned (errors.PROCEED_*)
             f"raised{i} = None",
             f"def proceed{i}({params}*args, **kwargs):",
-            f"    nonlocal called{i}, raised{i}",
-            f"    if called{i}: raise TWICE(SA{i})",  # proceed runs the rest at most once
-            f"    called{i} = True",
+            f"    nonlocal called{i}, raised{i}{f', called{i + 1}' if inner else ''}",
+            f"    if called{i}: raise TWICE(SA{i}, called{i})",  # at most once, during its call
+            f"    called{i} = 1",
             "    try:",
             f"        if args or kwargs{missing}:",
             f"            return {target}({lead}*({_packed(slots)}), **kwargs)",
@@ -706,14 +735,18 @@ def _around_code(around: tuple[Step, ...], seen: list[str], keywords: list[str],
             "    except BaseException as e:",
         ]
         if inner:  # the inner advice's own error is its to note
-            lines.append(f"        if e is not raised{i + 1}: e.add_note(NOTE(SA{i + 1}.label, SA{i + 1}.event))")
+            lines.append(f"        if e is not raised{i + 1}: NOTE(e, SA{i + 1}.label, SA{i + 1}.event)")
         lines += [f"        raised{i} = e", "        raise"]  # passed through: not advice i's
+        if inner:  # advice i + 1 returned: a proceed it kept is no use now
+            lines += ["    finally:", f"        if not called{i + 1}: called{i + 1} = 2"]
     lines += [
         "try:",
         f"    result = FA0({'obj, ' if pass_obj else ''}proceed0{''.join(', ' + arg for arg in seen + keywords)})",
         "except BaseException as e:",
-        "    if e is not raised0: e.add_note(NOTE(SA0.label, SA0.event))",
+        "    if e is not raised0: NOTE(e, SA0.label, SA0.event)",
         "    raise",
+        "finally:",
+        "    if not called0: called0 = 2",
     ]
     return lines
 
@@ -758,7 +791,8 @@ def emitter(planner: Any) -> Callable[..., None]:
     """The ``emit`` function. On a miss it asks ``planner.gather(target, tp, name)``
     for the event's listeners (which it caches on their owner) and
     ``planner.plan(event, shape, tp, name)`` for a call shape's steps (which it
-    keeps in ``event.plans``, and their ``emit_runner`` in ``event.runners``)."""
+    keeps in ``event.plans``, and their ``emit_runner`` in ``event.runners``, for
+    the first MAX_CALL_SHAPES shapes)."""
 
     def emit(target: Any, name: str, /, **kwargs: Any) -> None:
         """Call the callbacks of custom event ``name`` on ``target``, each with the
@@ -786,18 +820,37 @@ def emitter(planner: Any) -> Callable[..., None]:
         try:
             run = event.runners[shape]
         except KeyError:  # plan the shape: its steps, and their runner (emit_runner)
-            planner.plan(event, shape, tp, name)
-            run = event.runners[shape]
+            plan = planner.plan(event, shape, tp, name)
+            run = event.runners.get(shape)
+            if run is None:  # past MAX_CALL_SHAPES: planned for this call only
+                _run_emit_steps(plan, target, name, kwargs)
+                return
         run(target, name, kwargs)
 
     return emit
+
+
+def _run_emit_steps(steps: tuple[EmitStep, ...], target: Any, name: str,
+                    kwargs: dict[str, Any]) -> None:
+    """What ``emit_runner(steps)`` does, without generating code (for a call
+    shape not kept: see MAX_CALL_SHAPES)."""
+    for fn, gate, _take, names, label in steps:
+        if gate is not None and not gate.admit(target):
+            continue
+        try:
+            r = fn(target, **{key: kwargs[key] for key in names})
+        except BaseException as e:
+            _note_callback(e, label, name)
+            raise
+        if r is not None:
+            raise _emit_return_error(label, name, r)
 
 
 def emit_runner(steps: tuple[EmitStep, ...]) -> Callable[..., None]:
     """``run(target, name, kwargs)``: the steps of one call shape as straight-line
     code (see _compile_runner), each listener called with the keywords it takes,
     named one by one (cheaper than ``**kwargs``, which also passes them all)."""
-    ns: dict[str, Any] = {"NOTE": _callback_note, "RETURNED": _emit_return_error}
+    ns: dict[str, Any] = {"NOTE": _note_callback, "RETURNED": _emit_return_error}
     body: list[str] = []
     for i, (fn, gate, take, names, label) in enumerate(steps):
         ns[f"F{i}"], ns[f"G{i}"], ns[f"L{i}"] = fn, gate, label
@@ -806,7 +859,7 @@ def emit_runner(steps: tuple[EmitStep, ...]) -> Callable[..., None]:
             "try:",
             f"    r = F{i}(target{passed})",
             "except BaseException as e:",
-            f"    e.add_note(NOTE(L{i}, name))",
+            f"    NOTE(e, L{i}, name)",
             "    raise",
             f"if r is not None: raise RETURNED(L{i}, name, r)",
         ]

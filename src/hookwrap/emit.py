@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ._chains import keep_planning_out_of_traces, plans_out_of_traces
 from ._checks import check_event
-from ._dispatch import EmitEvent, EmitStep, emit_runner, emitter
+from ._dispatch import MAX_CALL_SHAPES, EmitEvent, EmitStep, emit_runner, emitter
 from ._owners import class_record, lock
 from ._tiers import can_hold_state, entries_for, instance_state
 from .errors import HookError, safe_repr
@@ -92,8 +92,10 @@ class EmitPlanner:
             names = tuple(k for k in listener.names if k in shape)
             take = None if set(names) == set(shape) else tuple(shape.index(k) for k in names)
             steps.append(EmitStep(listener.fn, listener.gate, take, names, listener.label))
-        plan = event.plans[shape] = tuple(steps)
-        event.runners[shape] = emit_runner(plan)  # what the pure twin's emit runs
+        plan = tuple(steps)
+        if len(event.plans) < MAX_CALL_SHAPES:  # past it: planned for this call only
+            event.plans[shape] = plan
+            event.runners[shape] = emit_runner(plan)  # what the pure twin's emit runs
         return plan
 
 

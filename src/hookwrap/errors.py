@@ -70,6 +70,19 @@ def callback_note(label: str, event: str) -> str:
     return f"hookwrap: raised in callback {label} during event {event!r}"
 
 
+def add_note_once(exc: BaseException, note: str) -> None:
+    """Add ``note`` to ``exc`` unless it already carries it: an exception object
+    raised again (a callback re-raising a stored one, call after call) gains it once."""
+    notes = getattr(exc, "__notes__", None)
+    if notes is None or note not in notes:
+        exc.add_note(note)
+
+
+def note_callback(exc: BaseException, label: str, event: str) -> None:
+    """Note on ``exc`` that callback ``label`` raised it during ``event`` (once)."""
+    add_note_once(exc, callback_note(label, event))
+
+
 def missing_argument(step: Any, ref: Any) -> TypeError:
     return TypeError(
         f"callback {step.label} asks for argument {ref.name!r} of event {step.event!r}, "
@@ -161,8 +174,30 @@ def _short_repr(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def proceed_twice(step: Any) -> HookError:
+# What a proceed() knows of its own use (the dispatch modules keep it per proceed).
+PROCEED_FRESH, PROCEED_CALLED, PROCEED_ENDED = 0, 1, 2
+
+
+def proceed_twice(step: Any, state: int = PROCEED_CALLED) -> HookError:
+    """A proceed() called when it may not be: a second time (``PROCEED_CALLED``), or
+    after the advised call it was made for has ended (``PROCEED_ENDED``)."""
+    if state == PROCEED_ENDED:
+        join_point = str(step.event).removeprefix("around-")
+        return HookError(
+            f"around callback {step.label} for event {step.event!r} kept its proceed() and it "
+            f"was called after that call of join point {join_point!r} had ended: proceed is "
+            f"only valid inside the advice's own call, before the advice returns. To run the "
+            f"join point again, call it (its callbacks and advice run again)."
+        )
     return HookError(
         f"around callback {step.label} for event {step.event!r} called proceed() a second "
         f"time; call it at most once (to retry, loop inside a single call of the join point)."
+    )
+
+
+def proceed_not_awaited(step: Any) -> HookError:
+    return HookError(
+        f"async around callback {step.label} for event {step.event!r} called proceed() "
+        f"without awaiting it, so the join point did not run. Fix: `return await proceed(...)` "
+        f"(proceed() of an async join point returns a coroutine)."
     )

@@ -13,6 +13,7 @@ which gets binding right for each of them, around the same ``JoinPoint``.
 from __future__ import annotations
 
 import functools
+import inspect
 from types import FunctionType
 from typing import (
     Any,
@@ -194,7 +195,24 @@ def _function_join_point(fn: FunctionType, event: str | None, binding: int) -> A
     else:
         vars(jp).pop(JOIN_POINT_ATTR, None)  # copied from a wrapper of another join point
     vars(jp).update(_registration_verbs(jp))
-    return as_attribute(jp)
+    stored = as_attribute(jp)
+    if jp.is_async:
+        _mark_coroutine_function(jp, stored, fn)
+    return stored
+
+
+def _mark_coroutine_function(jp: Any, stored: Any, fn: FunctionType) -> None:
+    """Make ``inspect.iscoroutinefunction`` (and asyncio's) True for the join point
+    of ``async def fn``, as for ``fn``, in both twins and bound to an instance."""
+    mark = getattr(inspect, "markcoroutinefunction", None)
+    if mark is not None:  # 3.12+: a mark in its __dict__ (the pure twin's shares it)
+        mark(jp)
+    else:
+        # 3.11 reads the code flags of a function or of a function-like object,
+        # which the join point becomes with these (stored as itself in both twins:
+        # _fast_py._ASYNC_STORED_AS_ITSELF).
+        vars(jp).update(__code__=fn.__code__, __defaults__=fn.__defaults__,
+                        __kwdefaults__=fn.__kwdefaults__)
 
 
 def make_join_point(fn: Any, event: str | None) -> Any:

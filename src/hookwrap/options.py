@@ -10,7 +10,7 @@ import sys
 import threading
 from typing import Any, Callable, Sequence
 
-from .errors import HookError, closest, safe_repr
+from .errors import HookError, add_note_once, closest, safe_repr
 from .events import CUSTOM, normalize, parse_event
 
 __all__ = ["Gate", "Options", "Registration", "make_options", "order_entries", "process_rank"]
@@ -87,7 +87,7 @@ class Gate:
             try:
                 admitted = self.when(obj)
             except Exception as exc:
-                exc.add_note(f"hookwrap: raised in the when= predicate of callback {self.label}")
+                add_note_once(exc, f"hookwrap: raised in the when= predicate of callback {self.label}")
                 raise
             if not admitted:
                 return False
