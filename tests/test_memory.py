@@ -181,7 +181,7 @@ class CountingPlanner:
         self.planner = planner
         self.built: list[Any] = []
         self.seen: dict[Any, Any] = {}
-        self.run_async = planner.run_async
+        self.wrapped_runner = planner.wrapped_runner
 
     def _note(self, key: Any, chain: Any) -> Any:
         if self.seen.get(key) is not chain:

@@ -17,6 +17,7 @@ hot cache, so a class nothing else uses is freed by that collection.
 from __future__ import annotations
 
 import gc
+import inspect
 import sys
 from typing import Any
 
@@ -27,6 +28,7 @@ from ._owners import class_record, function_record, lock
 from ._tiers import GLOBAL_TIER, check_class_tier, entries_for
 from ._traced import install, note_planned, traced_dispatch
 from .asyncrun import run_chain_async
+from .genrun import run_chain_async_generator, run_chain_generator
 from .events import normalize
 
 __all__ = ["PLANNER", "Planner", "keep_planning_out_of_traces", "plans_out_of_traces"]
@@ -57,7 +59,19 @@ def _build(jp: Any, tp: Any, state: Any, base: Any) -> Any:
 class Planner:
     """What a JoinPoint asks for its chains (see the dispatch modules)."""
 
-    run_async = staticmethod(run_chain_async)
+    @staticmethod
+    def wrapped_runner(func: Any) -> Any:
+        """What runs the chain of ``func`` when it is a coroutine or generator
+        function: inside the coroutine or generator the call returns (asyncrun,
+        genrun). None for a plain function."""
+        if inspect.iscoroutinefunction(func):
+            return run_chain_async
+        if inspect.isgeneratorfunction(func):
+            return run_chain_generator
+        if inspect.isasyncgenfunction(func):
+            return run_chain_async_generator
+        return None
+
     traced_dispatch = staticmethod(traced_dispatch)  # the pure twin's, for torch.compile
     untraced = False  # its entry points are kept out of torch.compile's traces
 

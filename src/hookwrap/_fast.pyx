@@ -144,7 +144,8 @@ cdef str _RECORD_ATTR = RECORD_ATTR
 
 # Chains come from the planner handed to each JoinPoint when it is built
 # (``_chains.Planner``): type_chain(jp, tp), instance_chain(state, jp, type_chain)
-# and run_async(chain, func, obj, args, kwargs).
+# and wrapped_runner(func): what runs the chain of a coroutine or generator
+# function, run_wrapped(chain, func, obj, args, kwargs), or None.
 
 
 @cython.final
@@ -671,7 +672,7 @@ cdef object _run_chain(JoinPoint self, Chain chain, object obj, PyObject **args,
     cdef _ShapePlan plan
     cdef list call_args
     cdef dict call_kwargs
-    if not self.is_async:
+    if self.run_wrapped is None:
         plan = chain.shape
         names = <object>kwnames if kwnames is not NULL else None
         if plan is None or plan.nargs != nargs or (plan.kwnames is not names and plan.kwnames != names):
@@ -693,8 +694,8 @@ cdef object _run_chain(JoinPoint self, Chain chain, object obj, PyObject **args,
         nkw = len(<tuple>kwnames)
         for i in range(nkw):
             call_kwargs[(<tuple>kwnames)[i]] = <object>args[nargs + i]
-    if self.is_async:
-        return self.planner.run_async(chain, self.func, obj, call_args, call_kwargs)
+    if self.run_wrapped is not None:  # a coroutine or generator: the chain runs inside it
+        return self.run_wrapped(chain, self.func, obj, call_args, call_kwargs)
     return _run_owned(chain, self.func, obj, call_args, call_kwargs)
 
 
@@ -733,6 +734,7 @@ cdef class JoinPoint(_BindsLikeAFunction):
     cdef public object owner
     cdef public object attr_name
     cdef public bint is_async
+    cdef public object run_wrapped  # see the planner's wrapped_runner
     cdef public object planner
     cdef public object spec  # its parameters, read once (signature.JoinPointSpec)
     cdef public object tier  # registrations on this function itself (_owners.Record)
@@ -754,6 +756,7 @@ cdef class JoinPoint(_BindsLikeAFunction):
         self.owner = None
         self.attr_name = None
         self.is_async = _iscoroutinefunction(func)
+        self.run_wrapped = planner.wrapped_runner(func)
         self.planner = planner
 
     def forget_last_chain(self):

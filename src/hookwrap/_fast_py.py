@@ -65,7 +65,8 @@ JOIN_POINT_ATTR = "__hookwrap_join_point__"
 # JoinPoint when it is built, so this module calls no registry code by name.
 #   planner.type_chain(jp, tp) -> Chain         the chain for instances of tp
 #   planner.instance_chain(state, jp, type_chain) -> Chain
-#   planner.run_async(chain, func, obj, args, kwargs) -> coroutine
+#   planner.wrapped_runner(func) -> what runs the chain of a coroutine or generator
+#       function, run_wrapped(chain, func, obj, args, kwargs), or None
 
 
 class ArgRef:
@@ -276,7 +277,7 @@ class JoinPoint:
     """
 
     __slots__ = ("func", "event", "explicit_event", "binding", "owner", "attr_name",
-                 "is_async", "planner", "spec", "tier", "_chain", "_dispatch", "_codes",
+                 "is_async", "run_wrapped", "planner", "spec", "tier", "_chain", "_dispatch", "_codes",
                  "__dict__", "__weakref__")
 
     def __init__(self, func: Callable[..., Any], event: str | None, binding: int,
@@ -290,6 +291,7 @@ class JoinPoint:
         self.owner: type | None = None
         self.attr_name: str | None = None
         self.is_async = inspect.iscoroutinefunction(func)
+        self.run_wrapped = planner.wrapped_runner(func)  # a coroutine or generator's, else None
         self.planner = planner
         self.spec: Any = None  # its parameters, read once (signature.JoinPointSpec)
         self.tier: Any = None  # registrations on this function itself (_owners.Record)
@@ -514,8 +516,8 @@ def _dispatch(jp: JoinPoint, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
                 chain = state.chain_for(jp, chain)
     if chain.empty:
         return jp.func(*args, **kwargs)
-    if jp.is_async:
-        return jp.planner.run_async(chain, jp.func, obj, list(args), kwargs)
+    if jp.run_wrapped is not None:  # a coroutine or generator: the chain runs inside it
+        return jp.run_wrapped(chain, jp.func, obj, list(args), kwargs)
     if not kwargs:
         runner = chain.runners.get(len(args))
         if runner is None and len(chain.runners) < MAX_CALL_SHAPES:

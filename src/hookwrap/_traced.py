@@ -159,8 +159,8 @@ def traced_dispatch(jp: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
             pure_steps = chain.traced
     if chain.empty:
         return jp.func(*args, **kwargs)
-    if jp.is_async:
-        return jp.planner.run_async(chain, jp.func, obj, list(args), kwargs)
+    if jp.run_wrapped is not None:
+        return jp.run_wrapped(chain, jp.func, obj, list(args), kwargs)
     return pure._run_owned(pure_steps, jp.func, obj, list(args), kwargs)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, AsyncGenerator, Callable, Generator
 
 from ._dispatch import call_around
-from .asyncrun import run_steps_async
+from .asyncrun import call_around_async, run_steps_async
 from .errors import StopTraining
 
 __all__ = ["run_chain_async_generator", "run_chain_generator"]
@@ -49,7 +49,11 @@ async def run_chain_async_generator(chain: Any, func: Callable[..., Any], obj: A
                                     kwargs: dict[str, Any]) -> AsyncGenerator[Any, Any]:
     try:
         await run_steps_async(chain.pre, obj, args, kwargs, None)
-        inner = _call(chain, func, obj, args, kwargs)
+        if chain.around:  # advice may be async: `agen = await proceed(...)`
+            inner = await call_around_async(chain.around, 0, func, obj,
+                                            tuple(args[1:] if chain.around[0].pass_obj else args), kwargs)
+        else:
+            inner = func(*args, **kwargs)
         sent = None
         while True:
             try:

@@ -65,7 +65,8 @@ class JoinPointSpec:
         self.event: str = jp.event
         self.where = _join_point_label(jp)
         self.has_obj = jp.binding != FUNCTION
-        self.is_async = bool(jp.is_async)
+        # Its callbacks may be awaited: an async def's, or an async generator's.
+        self.is_async = bool(jp.is_async) or inspect.isasyncgenfunction(jp.func)
         try:
             signature = inspect.signature(jp.func)
             params = list(signature.parameters.values())

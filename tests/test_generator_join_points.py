@@ -1,0 +1,121 @@
+"""A generator join point's call runs while its generator runs: pre callbacks when
+it is first advanced, post callbacks when it is exhausted (``return_value`` is
+what it returned), error callbacks for an exception raised while it runs; around
+advice gets and returns the generator. The same for ``async def`` generators."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from typing import Any
+
+import pytest
+
+
+def _loop(hw: Any, log: list[Any]) -> Any:
+    class Loop(hw.Hookable):
+        @hw.hookable
+        def batches(self, n):
+            for i in range(n):
+                log.append(("body", i))
+                if i == 3:
+                    raise ValueError("bad batch")
+                sent = yield i
+                if sent is not None:
+                    log.append(("sent", sent))
+            return "done"
+
+        @hw.hookable
+        async def stream(self, n):
+            for i in range(n):
+                log.append(("body", i))
+                yield i
+
+    return Loop()
+
+
+def test_callbacks_run_around_the_iteration_not_the_call(hw):
+    log: list[Any] = []
+    loop = _loop(hw, log)
+    loop.before("batches", lambda self, n: log.append(("pre", n)) or n)
+    loop.after("batches", lambda self, return_value: log.append(("post", return_value)) or return_value.upper())
+    loop.on_error("batches", lambda self, exception: log.append(("error", str(exception))))
+
+    gen = loop.batches(2)
+    assert inspect.isgenerator(gen) and log == []  # nothing runs until it is advanced
+    assert list(gen) == [0, 1]
+    assert log == [("pre", 2), ("body", 0), ("body", 1), ("post", "done")]
+
+    gen = loop.batches(3)
+    assert next(gen) == 0 and gen.send("hello") == 1  # send() reaches the generator
+    with pytest.raises(StopIteration) as stop:
+        gen.send(None)
+        next(gen)
+    assert stop.value.value == "DONE"  # the post callback's replacement is what it returns
+
+    log.clear()
+    with pytest.raises(ValueError, match="bad batch"):
+        list(loop.batches(5))
+    assert log == [("pre", 5), ("body", 0), ("body", 1), ("body", 2), ("body", 3), ("error", "bad batch")]
+
+
+def test_a_generator_closed_early_runs_no_post_callback(hw):
+    log: list[Any] = []
+    loop = _loop(hw, log)
+    loop.after("batches", lambda self, return_value: log.append("post") or return_value)
+    loop.on_error("batches", lambda self, exception: log.append("error"))
+    gen = loop.batches(3)
+    assert next(gen) == 0
+    gen.close()
+    assert log == [("body", 0)]
+
+
+def test_around_advice_gets_and_returns_the_generator(hw):
+    log: list[Any] = []
+    loop = _loop(hw, log)
+
+    def doubled(self, proceed, n):
+        return (2 * x for x in proceed(n))
+
+    loop.around("batches", doubled)
+    assert list(loop.batches(3)) == [0, 2, 4]
+
+
+def test_async_generator_join_point(hw):
+    log: list[Any] = []
+    loop = _loop(hw, log)
+
+    async def pre(self, n):
+        log.append(("pre", n))
+        return n
+
+    async def wrapped(self, proceed, n):
+        inner = await proceed(n)
+
+        async def tens():
+            async for x in inner:
+                yield 10 * x
+        return tens()
+
+    loop.before("stream", pre)
+    loop.after("stream", lambda self: log.append("post"))
+    loop.around("stream", wrapped)
+
+    async def collect() -> list[int]:
+        return [x async for x in loop.stream(2)]
+
+    stream = loop.stream(1)
+    assert inspect.isasyncgen(stream) and log == []
+    assert asyncio.run(collect()) == [0, 10]
+    assert log == [("pre", 2), ("body", 0), ("body", 1), "post"]
+    asyncio.run(stream.aclose())
+
+
+def test_a_sync_generator_refuses_async_callbacks(hw):
+    loop = _loop(hw, [])
+
+    async def pre(self, n):
+        return n
+
+    with pytest.raises(hw.CallbackSignatureError, match="async"):
+        loop.before("batches", pre)
