@@ -423,6 +423,16 @@ def test_demo_without_hooks(hw):
     assert report["steps"] == 104 and "without callbacks" in lines[0]
 
 
+def test_version_is_single_sourced():
+    import importlib.metadata
+
+    import hookwrap
+
+    out = subprocess.run([sys.executable, "-m", "hookwrap", "--version"], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout == f"hookwrap {hookwrap.__version__}\n"
+    assert importlib.metadata.version("hookwrap") == hookwrap.__version__
+
+
 def test_demo_command_says_what_to_install_without_torch():
     code = ("import sys; sys.modules['torch'] = None; from hookwrap.__main__ import main; "
             "sys.exit(main(['demo']))")
@@ -435,6 +445,12 @@ def test_demo_command_checks_its_options():
     out = subprocess.run([sys.executable, "-m", "hookwrap", "demo", "--epochs", "0"],
                          capture_output=True, text=True)
     assert out.returncode == 2 and "--epochs must be at least 1" in out.stderr
+    assert out.stderr.startswith("usage: hookwrap demo ")  # the subcommand's usage, not the root's
+    for device, message in (("tpu", "--device tpu: not a device torch knows; use cpu, cuda (cuda:N) or mps"),
+                            ("meta", "--device meta: the demo trains on cpu, cuda or mps, not meta")):
+        out = subprocess.run([sys.executable, "-m", "hookwrap", "demo", "--device", device],
+                             capture_output=True, text=True)
+        assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
     if not torch.cuda.is_available():
         out = subprocess.run([sys.executable, "-m", "hookwrap", "demo", "--device", "cuda"],
                              capture_output=True, text=True)

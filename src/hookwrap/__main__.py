@@ -7,14 +7,18 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
+    from . import __version__
+
     parser = argparse.ArgumentParser(prog="hookwrap", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"hookwrap {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="train a small PyTorch model through a hookable loop with callbacks")
     demo.add_argument("--epochs", type=int, default=20, help="at most this many epochs (default 20)")
-    demo.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    demo.add_argument("--device", default="cpu", help="cpu (default), cuda (or cuda:N), or mps")
     demo.add_argument("--no-hooks", action="store_true",
                       help="the same run without callbacks, to compare")
     bench = commands.add_parser("bench", help="print hook overhead as ratios to a bare method call")
@@ -47,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_script(args.script, args.args, args.preset, args.weave, args.callback)
     if args.command == "demo":
-        return _demo(parser, args)
+        return _demo(demo, args)
     from .bench import main as bench_main
 
     return bench_main(number=args.number, both=not args.current_only, step=args.step)
@@ -68,12 +72,32 @@ def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return 2
     if args.epochs < 1:
         parser.error(f"--epochs must be at least 1, got {args.epochs}")
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        parser.error(f"--device {args.device}: CUDA is not available here; use --device cpu")
+    problem = _device_problem(torch, args.device)
+    if problem:
+        parser.error(f"--device {args.device}: {problem}")
     from .demo import run
 
     run(epochs=args.epochs, device=args.device, hooks=not args.no_hooks)
     return 0
+
+
+def _device_problem(torch: Any, name: str) -> str | None:
+    """Why the demo cannot train on device ``name`` here, or None."""
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError, TypeError):
+        return "not a device torch knows; use cpu, cuda (cuda:N) or mps"
+    if device.type == "cpu":
+        return None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            return "CUDA is not available here; use --device cpu"
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            return f"this machine has {torch.cuda.device_count()} CUDA device(s); use cuda:0 to cuda:{torch.cuda.device_count() - 1}"
+        return None
+    if device.type == "mps":
+        return None if torch.backends.mps.is_available() else "MPS is not available here; use --device cpu"
+    return f"the demo trains on cpu, cuda or mps, not {device.type}"
 
 
 if __name__ == "__main__":
