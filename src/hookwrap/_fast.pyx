@@ -20,6 +20,7 @@ cimport cython
 from cpython.object cimport PyObject, PyTypeObject, Py_TYPE
 from cpython.ref cimport Py_INCREF, Py_REFCNT, Py_XDECREF
 from cpython.dict cimport PyDict_GetItem
+from cpython.unicode cimport PyUnicode_CheckExact
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.sequence cimport PySequence_Fast_ITEMS
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
@@ -1090,7 +1091,9 @@ cdef object _emit_vectorcall(_Emitter self, PyObject **args, size_t nargsf, PyOb
         found = PyDict_GetItem(<object>(<PyTypeObject *>tp).tp_dict, _RECORD_ATTR)
         if found is not NULL:
             cache = getattr(<object>found, "emit_cache")
-    found = PyDict_GetItem(cache, name) if cache is not None else NULL
+    # Only an exact str is looked up here: another name (unhashable, or a str subclass
+    # whose __hash__ raises) goes to the planner, which refuses or normalizes it.
+    found = PyDict_GetItem(cache, name) if cache is not None and PyUnicode_CheckExact(name) else NULL
     if found is not NULL:
         event = <EmitEvent>found
     else:

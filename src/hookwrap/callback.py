@@ -11,6 +11,8 @@ of the libraries hookwrap replaces catches such typos, they never fire.
 
 from __future__ import annotations
 
+import functools
+
 import threading
 from types import ModuleType
 from typing import Any, Callable
@@ -103,6 +105,12 @@ def callback_events(cb: Callback) -> list[tuple[str, str, str, Any]]:
             if parsed is None:
                 continue
             seen.add(attr)
+            if _class_level_partial(cb, attr):
+                raise HookError(
+                    f"{type(cb).__qualname__}.{attr} is a functools.partial in the class body, which "
+                    f"Python 3.13 warns about and later versions bind like a method (passing the callback "
+                    f"object). Define `def {attr}(self, ...)`, or wrap it: {attr} = staticmethod(partial(...))."
+                )
             method = getattr(cb, attr)  # the most derived definition
             if method is None:  # a subclass turning its base's event method off
                 continue
@@ -114,6 +122,16 @@ def callback_events(cb: Callback) -> list[tuple[str, str, str, Any]]:
                 )
             out.append((attr, parsed[0], parsed[1], method))
     return out
+
+
+def _class_level_partial(cb: Any, attr: str) -> bool:
+    """Is ``attr`` of ``cb`` a ``functools.partial`` its class holds (not one set on the object)?"""
+    if attr in getattr(cb, "__dict__", ()):
+        return False
+    for klass in type(cb).__mro__:
+        if attr in vars(klass):
+            return type(vars(klass)[attr]) is functools.partial
+    return False
 
 
 def _event_string(phase: str, name: str) -> str:
