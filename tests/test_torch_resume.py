@@ -204,10 +204,10 @@ def test_top_k_keeps_only_the_k_best_files(hw, ht, tmp_path):
                      save_last=False)
     loop.fit(len(scores))
     # Best 0.9 (evaluation 4, step 8) and 0.8 (evaluation 6, step 12).
-    assert sorted(os.listdir(tmp_path)) == ["best-step=12.pt", "best-step=8.pt"]
-    assert loop.checkpoint.top_k == [(0.9, 8, "best-step=8.pt"), (0.8, 12, "best-step=12.pt")]
-    assert loop.checkpoint.best_path == tmp_path / "best-step=8.pt"
-    for name, evaluation in (("best-step=8.pt", 4), ("best-step=12.pt", 6)):
+    assert sorted(os.listdir(tmp_path)) == ["best-epoch=4-step=8.pt", "best-epoch=6-step=12.pt"]
+    assert loop.checkpoint.top_k == [(0.9, 8, "best-epoch=4-step=8.pt"), (0.8, 12, "best-epoch=6-step=12.pt")]
+    assert loop.checkpoint.best_path == tmp_path / "best-epoch=4-step=8.pt"
+    for name, evaluation in (("best-epoch=4-step=8.pt", 4), ("best-epoch=6-step=12.pt", 6)):
         saved = torch.load(tmp_path / name, weights_only=True)
         assert torch.equal(saved["model"]["weight"], loop.weights_at[evaluation])
     # "best" resumes from the best one.
@@ -219,7 +219,7 @@ def test_a_nan_never_enters_the_top_k(hw, ht, tmp_path):
     loop = make_loop(hw, ht, [float("nan"), 0.5, float("nan")], dir=tmp_path, monitor="val_acc",
                      mode="max", save_last=False)
     loop.fit(3)
-    assert os.listdir(tmp_path) == ["best-step=4.pt"]
+    assert os.listdir(tmp_path) == ["best-epoch=2-step=4.pt"]
 
 
 def test_every_n_steps_and_epochs_keep_their_files_and_last_follows(hw, ht, tmp_path):
@@ -249,7 +249,7 @@ def test_writes_are_atomic(hw, ht, tmp_path, monkeypatch):
     monkeypatch.setattr(os, "replace", replace)
     loop.fit(3)
     assert renames and all(src == f".{dst}.{os.getpid()}.tmp" for src, dst in renames)
-    assert sorted(os.listdir(tmp_path / "ckpt")) == ["best-step=6.pt", "last.pt"]  # no temporary left
+    assert sorted(os.listdir(tmp_path / "ckpt")) == ["best-epoch=3-step=6.pt", "last.pt"]  # no temporary left
 
 
 def test_a_failed_write_leaves_the_previous_file_whole(hw, ht, tmp_path, monkeypatch):
@@ -335,3 +335,47 @@ def test_resume_under_two_ranks_reaches_the_same_weights_and_stop(hw, tmp_path):
     assert sorted(os.listdir(tmp_path / "killed")) == ["last.pt"]
     saved = torch.load(tmp_path / "killed" / "last.pt", weights_only=True)
     assert len(saved["rng"]) == 2 and not torch.equal(saved["rng"][0]["torch"], saved["rng"][1]["torch"])
+
+
+def test_on_a_script_of_functions_files_are_written_at_once_and_resume(hw, ht, tmp_path):
+    """A script like PyTorch's MNIST example: ``train(model, optimizer, epoch)`` and
+    ``test(model)`` functions, no fit and no object: the model and optimizer are
+    the functions' arguments, the scheduler is passed in, and with no fit to wait
+    for each file is written when it is due."""
+    import types
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    scores = iter([0.5, 0.3, 0.4])
+
+    @hw.hookable
+    def train(model: Any, optimizer: Any, epoch: int) -> None:
+        optimizer.zero_grad()
+        model(torch.ones(3, 2)).pow(2).mean().backward()
+        optimizer.step()
+        scheduler.step()
+
+    @hw.hookable
+    def test(model: Any) -> float:
+        return next(scores)
+
+    script = types.ModuleType("script")
+    script.train, script.test = train, test
+    checkpoint = ht.Checkpoint(tmp_path, monitor="return_value", event="test", epoch_event="train",
+                               scheduler=scheduler)
+    hw.add_callback(script, checkpoint)
+    for epoch in range(3):
+        train(model, optimizer, epoch)
+        test(model)
+        assert torch.equal(torch.load(tmp_path / "last.pt", weights_only=True)["model"]["weight"],
+                           model.weight)  # written after the epoch, not at the next one
+    assert sorted(os.listdir(tmp_path)) == ["best-epoch=2-step=0.pt", "last.pt"]
+    saved = torch.load(tmp_path / "best-epoch=2-step=0.pt", weights_only=True)
+    assert saved["epoch"] == 2 and saved["scheduler"]["last_epoch"] == 2
+    trained = model.weight.detach().clone()
+    with torch.no_grad():
+        model.weight.zero_()
+    state = checkpoint.resume(None)
+    assert state["epoch"] == 3 and scheduler.last_epoch == 3 and torch.equal(model.weight, trained)

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
+import types
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal, overload
 
 from ..errors import HookError
 from ..options import process_rank
-from ._attach import DefaultEvent, reader, from_object, is_rank_zero, whole_number
+from ._attach import DefaultEvent, from_object, is_rank_zero, per_join_point, reader, whole_number
 from ._best import MonitoredCallback
 from .distributed import any_rank, is_distributed, ranks_where
 
@@ -182,7 +184,7 @@ class Checkpoint(MonitoredCallback):
       ``every_n_steps`` file, and at the end of ``fit``;
     * ``step=N.pt`` every ``every_n_steps`` steps, ``epoch=N.pt`` every
       ``every_n_epochs`` epochs, all kept;
-    * ``best-step=N.pt``: the ``save_top_k`` best by ``monitor`` (read from join
+    * ``best-epoch=E-step=N.pt``: the ``save_top_k`` best by ``monitor`` (read from join
       point ``event`` as EarlyStopping reads it; the mean over the ranks under
       torch.distributed), the others deleted.
 
@@ -245,6 +247,7 @@ class Checkpoint(MonitoredCallback):
         self._evicted: list[str] = []  # top-k files to delete after the next write
         self._held: dict[str, Any] = {}  # model/optimizer/scheduler read at pre-fit/pre-epoch
         self._target: Any = None
+        self._defer = True  # write at the next boundary; at once on a target without fit
         super().__init__(monitor or "", mode, min_delta, event, step_event)
         self.monitor: str | None = monitor  # type: ignore[assignment]
 
@@ -275,6 +278,7 @@ class Checkpoint(MonitoredCallback):
         elif not isinstance(self.event, DefaultEvent):
             self.wants(target, self.event)
         wants_fit = self.wants(target, self.fit_event)
+        self._defer = wants_fit
         if wants_fit:
             assert self.fit_event is not None
             pairs += self._holders(self.fit_event)
@@ -299,10 +303,22 @@ class Checkpoint(MonitoredCallback):
         pairs = []
         for what in ("model", "optimizer", "scheduler"):
             setting = getattr(self, what)
-            if setting is None or isinstance(setting, DefaultName):
-                continue  # the default scheduler: read from the object when saving
+            if setting is None:
+                continue
+            if isinstance(setting, DefaultName):  # an argument if there is one, else read when saving
+                choose = functools.partial(self._choose_default, setting, what)
+                pairs.append((f"pre-{event}", per_join_point(self, "_hold", choose)))
+                continue
             pairs.append((f"pre-{event}", self.value_reader(self._hold, "pre-", setting, what, (what,))))
         return pairs
+
+    def _choose_default(self, setting: str, what: str, spec: Any) -> Any:
+        if setting in spec.refs:
+            return reader(self._hold, "pre-", setting, (what,))
+        return reader(self._ignore, "pre-")
+
+    def _ignore(self, obj: Any) -> None:
+        pass
 
     def _hold(self, obj: Any, what: str, value: Any) -> None:
         self._held[what] = value
@@ -347,6 +363,7 @@ class Checkpoint(MonitoredCallback):
             self._pending.add(f"step={self.step}.pt")
             if self.save_last:
                 self._pending.add("last.pt")
+            self._due(obj)
 
     def _epoch_ended(self, obj: Any) -> None:
         self.epoch += 1
@@ -354,12 +371,20 @@ class Checkpoint(MonitoredCallback):
             self._pending.add(f"epoch={self.epoch}.pt")
         if self.save_last:
             self._pending.add("last.pt")
+        self._due(obj)
 
     def improved(self, obj: Any, value: float) -> None:
         self._rank(value)
+        self._due(obj)
 
     def not_improved(self, obj: Any, value: float) -> None:
         self._rank(value)
+        self._due(obj)
+
+    def _due(self, obj: Any) -> None:
+        """Without a fit join point no later boundary is sure to come: write now."""
+        if not self._defer and self._pending:
+            self._write(obj)
 
     def _rank(self, value: float) -> None:
         """Keep ``value`` among the top k when it beats the worst kept (NaN never does)."""
@@ -369,7 +394,7 @@ class Checkpoint(MonitoredCallback):
             worst = self.top_k[-1][0]
             if not (value < worst if self.best.mode == "min" else value > worst):
                 return
-        name = f"best-step={self.step}.pt"
+        name = f"best-epoch={self.epoch}-step={self.step}.pt"
         self.top_k = [entry for entry in self.top_k if entry[2] != name]
         self.top_k.append((value, self.step, name))
         self.top_k.sort(key=lambda entry: entry[0], reverse=self.best.mode == "max")
@@ -408,8 +433,6 @@ class Checkpoint(MonitoredCallback):
     def checkpoint(self, obj: Any, model: Any = _NOT_GIVEN, optimizer: Any = _NOT_GIVEN,
                    scheduler: Any = _NOT_GIVEN) -> dict[str, Any]:
         """The dict a file holds, for the state of this process now."""
-        from ..state import callback_state
-
         found = self._objects(obj, model, optimizer, scheduler)
         if found["model"] is None:
             raise HookError(f"{self.where}: no model to save; pass model= the module or its attribute name.")
@@ -418,7 +441,7 @@ class Checkpoint(MonitoredCallback):
             if found[what] is not None:
                 state[what] = found[what].state_dict()
         state.update(step=self.step, epoch=self.epoch, rng=_gather(rng_state()),
-                     callbacks=callback_state(obj if obj is not None else self._target),
+                     callbacks=_callback_state(obj if obj is not None else self._target),
                      monitor=self.monitor, best=self.best.value)
         return state
 
@@ -469,6 +492,16 @@ class Checkpoint(MonitoredCallback):
             return self.dir / self.top_k[0][2]
         return Path(path)
 
+    @overload
+    def resume(self, obj: Any, path: str | os.PathLike[str] = "last", *, model: Any = ...,
+               optimizer: Any = ..., scheduler: Any = ..., strict: bool = ...,
+               missing_ok: Literal[False] = ..., weights_only: bool = ...) -> dict[str, Any]: ...
+
+    @overload
+    def resume(self, obj: Any, path: str | os.PathLike[str] = "last", *, model: Any = ...,
+               optimizer: Any = ..., scheduler: Any = ..., strict: bool = ...,
+               missing_ok: bool, weights_only: bool = ...) -> dict[str, Any] | None: ...
+
     def resume(self, obj: Any, path: str | os.PathLike[str] = "last", *, model: Any = _NOT_GIVEN,
                optimizer: Any = _NOT_GIVEN, scheduler: Any = _NOT_GIVEN, strict: bool = True,
                missing_ok: bool = False, weights_only: bool = True) -> dict[str, Any] | None:
@@ -481,8 +514,6 @@ class Checkpoint(MonitoredCallback):
         when ``missing_ok`` and there is no such file. Under torch.distributed
         every rank calls it and loads the file onto its model's device."""
         import torch
-
-        from ..state import load_callback_state
 
         file = self.resolve(path)
         exists = file is not None and file.is_file()
@@ -514,12 +545,49 @@ class Checkpoint(MonitoredCallback):
                 found[what].load_state_dict(state[what])
         target = obj if obj is not None else self._target
         if target is not None:
-            load_callback_state(target, state["callbacks"], strict=strict)
+            _load_callback_state(target, state["callbacks"], strict)
         self.step, self.epoch = int(state["step"]), int(state["epoch"])
         set_rng_state(_this_rank(state["rng"]))
         self._pending.clear()
         self._evicted.clear()
         return state
+
+
+def _functions(module: Any) -> list[Any]:
+    from .._dispatch import join_point_of
+
+    return [value for value in vars(module).values() if join_point_of(value) is not None]
+
+
+def _callback_state(target: Any) -> dict[str, Any]:
+    """``hookwrap.callback_state`` of an object or hookable function; of a module,
+    that of its hookable functions together."""
+    from ..state import callback_state
+
+    if not isinstance(target, types.ModuleType):
+        return callback_state(target)
+    merged: dict[str, Any] = {}
+    for function in _functions(target):
+        merged.update(callback_state(function))
+    return merged
+
+
+def _load_callback_state(target: Any, state: dict[str, Any], strict: bool) -> None:
+    from ..state import load_callback_state, stateful_callbacks
+
+    if not isinstance(target, types.ModuleType):
+        load_callback_state(target, state, strict=strict)
+        return
+    functions = _functions(target)
+    attached = {key for function in functions for key in stateful_callbacks(function)}
+    unused = sorted(set(state) - attached)
+    if strict and unused:
+        raise HookError(f"load_callback_state({target.__name__}): saved state for "
+                        f"{', '.join(map(repr, unused))}, which no attached callback takes. Attach the "
+                        f"same callbacks as when the state was saved, or pass strict=False.")
+    for function in functions:
+        keys = stateful_callbacks(function)
+        load_callback_state(function, {key: state[key] for key in keys if key in state}, strict=strict)
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
