@@ -379,3 +379,36 @@ def test_on_a_script_of_functions_files_are_written_at_once_and_resume(hw, ht, t
         model.weight.zero_()
     state = checkpoint.resume(None)
     assert state["epoch"] == 3 and scheduler.last_epoch == 3 and torch.equal(model.weight, trained)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: resume onto the GPU, its RNG restored")
+def test_resume_onto_cuda_restores_weights_and_the_cuda_rng(hw, ht, tmp_path):
+    class Loop(hw.Hookable):
+        def __init__(self) -> None:
+            torch.manual_seed(0)
+            self.model = torch.nn.Linear(2, 1).cuda()
+            self.optimizer = torch.optim.Adam(self.model.parameters(), lr=0.1)
+
+        @hw.hookable
+        def fit(self, epochs: int) -> None:
+            for index in range(epochs):
+                self.epoch(index)
+
+        @hw.hookable
+        def epoch(self, index: int) -> None:
+            self.optimizer.zero_grad()
+            self.model(torch.rand(4, 2, device="cuda")).pow(2).mean().backward()
+            self.optimizer.step()
+
+    first = Loop()
+    first.add_callback(ht.Checkpoint(tmp_path))
+    first.fit(2)
+    after = torch.rand(3, device="cuda")  # the next draw of the CUDA RNG after the run
+    again = Loop()
+    checkpoint = ht.Checkpoint(tmp_path)
+    again.add_callback(checkpoint)
+    checkpoint.resume(again)
+    assert again.model.weight.device.type == "cuda"
+    assert torch.equal(again.model.weight, first.model.weight)
+    assert torch.equal(torch.rand(3, device="cuda"), after)
+    assert next(iter(again.optimizer.state.values()))["exp_avg"].device.type == "cuda"
