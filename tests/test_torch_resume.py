@@ -412,3 +412,39 @@ def test_resume_onto_cuda_restores_weights_and_the_cuda_rng(hw, ht, tmp_path):
     assert torch.equal(again.model.weight, first.model.weight)
     assert torch.equal(torch.rand(3, device="cuda"), after)
     assert next(iter(again.optimizer.state.values()))["exp_avg"].device.type == "cuda"
+
+
+def test_the_example_trainer_resumes_exactly_with_its_dataloader_generator(hw, ht, tmp_path):
+    """examples/trainer.py shuffles with a DataLoader's own ``generator=``: not a
+    global RNG, so it is named in ``generators=``. Resumed after 2 of 4 epochs, its
+    weights are those of the run that went straight through; without the generator
+    they are not (the data order differs)."""
+    from hookwrap.examples.trainer import make_run
+
+    def session(folder: str, with_generator: bool = True) -> Any:
+        trainer = make_run(batch_size=256)
+        generators = [trainer.train_loader.generator] if with_generator else []
+        trainer.add_callback(ht.EarlyStopping("val_loss", patience=3))
+        trainer.checkpoint = ht.Checkpoint(folder, monitor="val_loss", generators=generators)
+        trainer.add_callback(trainer.checkpoint)
+        return trainer
+
+    def continue_(trainer: Any, epochs: int) -> None:
+        state = trainer.checkpoint.resume(trainer)
+        for index in range(state["epoch"], epochs):  # the rest of fit's loop
+            trainer.epoch(index, trainer.train_loader)
+            trainer.evaluate(trainer.val_loader)
+
+    straight = session(str(tmp_path / "straight"))
+    straight.fit(4)
+    for with_generator in (True, False):
+        folder = str(tmp_path / f"resumed-{with_generator}")
+        session(folder, with_generator).fit(2)
+        resumed = session(folder, with_generator)
+        continue_(resumed, 4)
+        assert _same_weights(resumed, straight) is with_generator
+    with pytest.raises(hw.HookError, match=r"holds the state of 1 generator\(s\), and generators= names 0"):
+        bad = session(str(tmp_path / "resumed-True"), with_generator=False)
+        bad.checkpoint.resume(bad)
+    with pytest.raises(hw.HookError, match=r"generators must be a list of torch.Generator"):
+        ht.Checkpoint(tmp_path, generators=[1])

@@ -190,8 +190,9 @@ class Checkpoint(MonitoredCallback):
 
     Each holds the ``state_dict()`` of ``model``, ``optimizer`` and ``scheduler``,
     the steps and epochs completed, the RNG states (``random``, NumPy's global one
-    when NumPy is imported, torch's CPU and every CUDA device's; one set per rank
-    under torch.distributed) and ``hookwrap.callback_state`` of the hooked object
+    when NumPy is imported, torch's CPU and every CUDA device's, and each
+    ``torch.Generator`` in ``generators``, such as a DataLoader's ``generator=``;
+    one set per rank under torch.distributed) and ``hookwrap.callback_state`` of the hooked object
     (EarlyStopping's patience count and best value, this callback's own top-k).
 
     A save is decided where it is due (after a step, an epoch, an evaluation) and
@@ -216,7 +217,8 @@ class Checkpoint(MonitoredCallback):
                  save_top_k: int = 1, every_n_steps: int | None = None,
                  every_n_epochs: int | None = None, save_last: bool = True, min_delta: float = 0.0,
                  model: Any = "model", optimizer: Any = "optimizer",
-                 scheduler: Any = DefaultName("scheduler"), resume_from: str | os.PathLike[str] | None = None,
+                 scheduler: Any = DefaultName("scheduler"), generators: Any = (),
+                 resume_from: str | os.PathLike[str] | None = None,
                  event: str = DefaultEvent("evaluate"), epoch_event: str | None = DefaultEvent("epoch"),
                  fit_event: str | None = DefaultEvent("fit"),
                  step_event: str | None = DefaultEvent("step")) -> None:
@@ -236,6 +238,14 @@ class Checkpoint(MonitoredCallback):
         if monitor is None and save_top_k != 1:
             raise HookError(f"{where}: save_top_k={save_top_k} keeps the best files by a monitored value: "
                             f"pass monitor= too.")
+        try:
+            self.generators = list(generators)
+        except TypeError:
+            raise HookError(f"{where}: generators must be a list of torch.Generator, got {generators!r}.") from None
+        for generator in self.generators:
+            if not (callable(getattr(generator, "get_state", None)) and callable(getattr(generator, "set_state", None))):
+                raise HookError(f"{where}: generators must be a list of torch.Generator (a DataLoader's "
+                                f"generator=), got {generator!r} in it.")
         self.save_last = save_last
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.resume_from = resume_from
@@ -440,7 +450,9 @@ class Checkpoint(MonitoredCallback):
         for what in ("optimizer", "scheduler"):
             if found[what] is not None:
                 state[what] = found[what].state_dict()
-        state.update(step=self.step, epoch=self.epoch, rng=_gather(rng_state()),
+        rng = rng_state()
+        rng["generators"] = [generator.get_state() for generator in self.generators]
+        state.update(step=self.step, epoch=self.epoch, rng=_gather(rng),
                      callbacks=_callback_state(obj if obj is not None else self._target),
                      monitor=self.monitor, best=self.best.value)
         return state
@@ -536,6 +548,12 @@ class Checkpoint(MonitoredCallback):
             raise HookError(f"{self.where}: no model to restore; pass model= the module.")
         state: dict[str, Any] = torch.load(file, map_location=_device_of(found["model"]),
                                            weights_only=weights_only)
+        rng = _this_rank(state["rng"])
+        saved_generators = rng.get("generators", [])
+        if len(saved_generators) != len(self.generators):
+            raise HookError(f"{self.where}: {str(file)!r} holds the state of {len(saved_generators)} "
+                            f"generator(s), and generators= names {len(self.generators)}. Pass the same "
+                            f"generators as when it was saved.")
         found["model"].load_state_dict(state["model"])
         for what in ("optimizer", "scheduler"):
             if found[what] is not None:
@@ -547,7 +565,9 @@ class Checkpoint(MonitoredCallback):
         if target is not None:
             _load_callback_state(target, state["callbacks"], strict)
         self.step, self.epoch = int(state["step"]), int(state["epoch"])
-        set_rng_state(_this_rank(state["rng"]))
+        set_rng_state(rng)
+        for generator, generator_state in zip(self.generators, saved_generators):
+            generator.set_state(generator_state.cpu())
         self._pending.clear()
         self._evicted.clear()
         return state
