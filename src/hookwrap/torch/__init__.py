@@ -22,6 +22,7 @@ except ImportError as exc:  # pragma: no cover - exercised without torch install
     ) from exc
 
 from .checkpoint import BestCheckpoint
+from .checkpoint import Checkpoint
 from .distributed import all_ranks_mean
 from .distributed import any_rank
 from .distributed import is_distributed
@@ -37,6 +38,7 @@ from .timer import StepTimer
 
 __all__ = [
     "BestCheckpoint",
+    "Checkpoint",
     "EarlyStopping",
     "GradNorm",
     "LRMonitor",

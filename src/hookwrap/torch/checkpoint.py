@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import functools
+import math
 import os
+import sys
+import types
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal, overload
 
 from ..errors import HookError
-from ._attach import DefaultEvent, reader, from_object, is_rank_zero
+from ..options import process_rank
+from ._attach import DefaultEvent, from_object, is_rank_zero, per_join_point, reader, whole_number
 from ._best import MonitoredCallback
 from .distributed import any_rank, is_distributed, ranks_where
 
-__all__ = ["BestCheckpoint"]
+__all__ = ["BestCheckpoint", "Checkpoint", "rng_state", "set_rng_state"]
 
 
 class BestCheckpoint(MonitoredCallback):
@@ -157,3 +162,515 @@ def _device_of(model: Any) -> Any:
     parameters = getattr(model, "parameters", None)
     first = next(iter(parameters()), None) if callable(parameters) else None
     return first.device if first is not None else torch.device("cpu")
+
+
+class DefaultName(str):
+    """A default attribute name: read when the object has it (and it is not None),
+    skipped when it does not. A name the user passes explicitly must exist."""
+
+    __slots__ = ()
+
+
+_NOT_GIVEN: Any = object()
+
+
+class Checkpoint(MonitoredCallback):
+    """Saves everything a run needs to continue where it was, and resumes it.
+
+    Files in ``dir`` (each written atomically: a temporary file in ``dir``, then
+    ``os.replace``), all holding the same complete state:
+
+    * ``last.pt`` (``save_last=True``): at the end of every epoch, with every
+      ``every_n_steps`` file, and at the end of ``fit``;
+    * ``step=N.pt`` every ``every_n_steps`` steps, ``epoch=N.pt`` every
+      ``every_n_epochs`` epochs, all kept;
+    * ``best-epoch=E-step=N.pt``: the ``save_top_k`` best by ``monitor`` (read from join
+      point ``event`` as EarlyStopping reads it; the mean over the ranks under
+      torch.distributed), the others deleted.
+
+    Each holds the ``state_dict()`` of ``model``, ``optimizer`` and ``scheduler``,
+    the steps and epochs completed, the RNG states (``random``, NumPy's global one
+    when NumPy is imported, torch's CPU and every CUDA device's, and each
+    ``torch.Generator`` in ``generators``, such as a DataLoader's ``generator=``;
+    one set per rank under torch.distributed) and ``hookwrap.callback_state`` of the hooked object
+    (EarlyStopping's patience count and best value, this callback's own top-k).
+
+    A save is decided where it is due (after a step, an epoch, an evaluation) and
+    written at the next boundary of the loop: the start of the next step or epoch,
+    or the end of ``fit``, so the file holds the state after everything of that
+    step or epoch ran (the evaluation and every callback's decision on it).
+    ``step`` and ``epoch`` in the file are those completed when it was written.
+
+    ``model``, ``optimizer`` and ``scheduler`` are read where the loop has them:
+    the argument of that name of the ``fit`` or ``epoch`` join point, else that
+    attribute of the hooked object, or they are the objects themselves.
+    ``optimizer=None`` and ``scheduler=None`` leave them out; the default
+    ``scheduler="scheduler"`` is skipped when the object has none.
+
+    ``resume(target)`` (or ``resume_from=`` at the start of ``fit``) loads a file
+    back into all of them; see its docstring. Under torch.distributed rank 0
+    writes and every rank waits for the write; every rank restores, onto its
+    model's device.
+    """
+
+    def __init__(self, dir: str | os.PathLike[str], monitor: str | None = None, mode: str = "min",
+                 save_top_k: int = 1, every_n_steps: int | None = None,
+                 every_n_epochs: int | None = None, save_last: bool = True, min_delta: float = 0.0,
+                 model: Any = "model", optimizer: Any = "optimizer",
+                 scheduler: Any = DefaultName("scheduler"), generators: Any = (),
+                 resume_from: str | os.PathLike[str] | None = None,
+                 event: str = DefaultEvent("evaluate"), epoch_event: str | None = DefaultEvent("epoch"),
+                 fit_event: str | None = DefaultEvent("fit"),
+                 step_event: str | None = DefaultEvent("step")) -> None:
+        where = f"Checkpoint({str(dir)!r})"
+        if not isinstance(dir, (str, os.PathLike)) or not str(dir):
+            raise HookError(f"{where}: dir must be a folder path, got {dir!r}.")
+        if monitor is not None and not (isinstance(monitor, str) and monitor):
+            raise HookError(f"{where}: monitor must be the name of a value, or None, got {monitor!r}.")
+        self.dir = Path(dir)
+        self.save_top_k = whole_number(save_top_k, "save_top_k", where)
+        self.every_n_steps = None if every_n_steps is None else whole_number(every_n_steps, "every_n_steps", where)
+        self.every_n_epochs = None if every_n_epochs is None else whole_number(every_n_epochs, "every_n_epochs", where)
+        if not isinstance(save_last, bool):
+            raise HookError(f"{where}: save_last must be True or False, got {save_last!r}.")
+        if resume_from is not None and not isinstance(resume_from, (str, os.PathLike)):
+            raise HookError(f"{where}: resume_from must be 'last', 'best' or a file path, got {resume_from!r}.")
+        if monitor is None and save_top_k != 1:
+            raise HookError(f"{where}: save_top_k={save_top_k} keeps the best files by a monitored value: "
+                            f"pass monitor= too.")
+        try:
+            self.generators = list(generators)
+        except TypeError:
+            raise HookError(f"{where}: generators must be a list of torch.Generator, got {generators!r}.") from None
+        for generator in self.generators:
+            if not (callable(getattr(generator, "get_state", None)) and callable(getattr(generator, "set_state", None))):
+                raise HookError(f"{where}: generators must be a list of torch.Generator (a DataLoader's "
+                                f"generator=), got {generator!r} in it.")
+        self.save_last = save_last
+        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self.resume_from = resume_from
+        self.epoch_event, self.fit_event = epoch_event, fit_event
+        self.epoch = 0  # epochs completed
+        self.saved = 0  # files written by this process (rank 0 under torch.distributed)
+        self.top_k: list[tuple[float, int, str]] = []  # (value, step, file name), best first
+        self._pending: set[str] = set()  # file names to write at the next boundary
+        self._evicted: list[str] = []  # top-k files to delete after the next write
+        self._held: dict[str, Any] = {}  # model/optimizer/scheduler read at pre-fit/pre-epoch
+        self._target: Any = None
+        self._defer = True  # write at the next boundary; at once on a target without fit
+        super().__init__(monitor or "", mode, min_delta, event, step_event)
+        self.monitor: str | None = monitor  # type: ignore[assignment]
+
+    @property
+    def where(self) -> str:
+        return f"Checkpoint({str(self.dir)!r})"
+
+    @property
+    def state_key(self) -> str:
+        return f"Checkpoint[{self.dir}]"
+
+    @property
+    def last_path(self) -> Path:
+        return self.dir / "last.pt"
+
+    @property
+    def best_path(self) -> Path | None:
+        """The best of the top-k files, or None before any."""
+        return self.dir / self.top_k[0][2] if self.top_k else None
+
+    # --- attaching ------------------------------------------------------------------
+
+    def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
+        self._target = None if isinstance(target, type) else target
+        pairs: list[tuple[str, Callable[..., Any]]] = []
+        if self.monitor is not None:
+            pairs += super().attach(target)
+        elif not isinstance(self.event, DefaultEvent):
+            self.wants(target, self.event)
+        wants_fit = self.wants(target, self.fit_event)
+        self._defer = wants_fit
+        if wants_fit:
+            assert self.fit_event is not None
+            pairs += self._holders(self.fit_event)
+            if self.resume_from is not None:
+                pairs.append((f"pre-{self.fit_event}", reader(self._resume_at_fit, "pre-")))
+        if self.wants(target, self.epoch_event):
+            assert self.epoch_event is not None
+            pairs += self._holders(self.epoch_event)
+            pairs.append((f"pre-{self.epoch_event}", reader(self._boundary, "pre-")))
+            pairs.append((f"post-{self.epoch_event}", reader(self._epoch_ended, "post-")))
+        if self.every_n_steps is not None and not self.wants(target, self.step_event):
+            raise HookError(f"{self.where}: every_n_steps needs a step join point to count; the target "
+                            f"has no {self.step_event!r}. Pass step_event= the join point of one step.")
+        if self.resume_from is not None and not wants_fit:
+            raise HookError(f"{self.where}: resume_from restores at the start of fit, and the target has "
+                            f"no {self.fit_event!r}. Pass fit_event=, or call checkpoint.resume(obj).")
+        if wants_fit:
+            pairs.append((f"post-{self.fit_event}", reader(self._fit_ended, "post-")))
+        return pairs
+
+    def _holders(self, event: str) -> list[tuple[str, Callable[..., Any]]]:
+        pairs = []
+        for what in ("model", "optimizer", "scheduler"):
+            setting = getattr(self, what)
+            if setting is None:
+                continue
+            if isinstance(setting, DefaultName):  # an argument if there is one, else read when saving
+                choose = functools.partial(self._choose_default, setting, what)
+                pairs.append((f"pre-{event}", per_join_point(self, "_hold", choose)))
+                continue
+            pairs.append((f"pre-{event}", self.value_reader(self._hold, "pre-", setting, what, (what,))))
+        return pairs
+
+    def _choose_default(self, setting: str, what: str, spec: Any) -> Any:
+        if setting in spec.refs:
+            return reader(self._hold, "pre-", setting, (what,))
+        return reader(self._ignore, "pre-")
+
+    def _ignore(self, obj: Any) -> None:
+        pass
+
+    def _hold(self, obj: Any, what: str, value: Any) -> None:
+        self._held[what] = value
+
+    def _objects(self, obj: Any, model: Any = _NOT_GIVEN, optimizer: Any = _NOT_GIVEN,
+                 scheduler: Any = _NOT_GIVEN) -> dict[str, Any]:
+        """The model, optimizer and scheduler to save or restore: given, else held
+        from the join point, else read from ``obj``; None where left out."""
+        given = {"model": model, "optimizer": optimizer, "scheduler": scheduler}
+        found: dict[str, Any] = {}
+        for what, value in given.items():
+            setting = getattr(self, what)
+            if value is not _NOT_GIVEN:
+                found[what] = value
+            elif setting is None:
+                found[what] = None
+            elif what in self._held:
+                found[what] = self._held[what]
+            elif isinstance(setting, DefaultName):
+                found[what] = getattr(obj, setting, None) if obj is not None else None
+            else:
+                found[what] = from_object(obj, setting, what, self.where)
+        return found
+
+    # --- deciding what to save --------------------------------------------------------
+
+    def _count_step(self, obj: Any) -> None:
+        if self._pending:
+            self._write(obj)
+        self.step += 1
+        # The step that just started may be the N-th: its file is written at the next boundary.
+
+    def event_methods(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
+        pairs = super().event_methods(target)
+        if self.every_n_steps is not None and self.wants(target, self.step_event):
+            pairs.append((f"post-{self.step_event}", reader(self._step_ended, "post-")))
+        return pairs
+
+    def _step_ended(self, obj: Any) -> None:
+        assert self.every_n_steps is not None
+        if self.step % self.every_n_steps == 0:
+            self._pending.add(f"step={self.step}.pt")
+            if self.save_last:
+                self._pending.add("last.pt")
+            self._due(obj)
+
+    def _epoch_ended(self, obj: Any) -> None:
+        self.epoch += 1
+        if self.every_n_epochs is not None and self.epoch % self.every_n_epochs == 0:
+            self._pending.add(f"epoch={self.epoch}.pt")
+        if self.save_last:
+            self._pending.add("last.pt")
+        self._due(obj)
+
+    def improved(self, obj: Any, value: float) -> None:
+        self._rank(value)
+        self._due(obj)
+
+    def not_improved(self, obj: Any, value: float) -> None:
+        self._rank(value)
+        self._due(obj)
+
+    def _due(self, obj: Any) -> None:
+        """Without a fit join point no later boundary is sure to come: write now."""
+        if not self._defer and self._pending:
+            self._write(obj)
+
+    def _rank(self, value: float) -> None:
+        """Keep ``value`` among the top k when it beats the worst kept (NaN never does)."""
+        if math.isnan(value):
+            return
+        if len(self.top_k) >= self.save_top_k:
+            worst = self.top_k[-1][0]
+            if not (value < worst if self.best.mode == "min" else value > worst):
+                return
+        name = f"best-epoch={self.epoch}-step={self.step}.pt"
+        self.top_k = [entry for entry in self.top_k if entry[2] != name]
+        self.top_k.append((value, self.step, name))
+        self.top_k.sort(key=lambda entry: entry[0], reverse=self.best.mode == "max")
+        for _, _, dropped in self.top_k[self.save_top_k:]:
+            if dropped in self._pending:
+                self._pending.discard(dropped)  # never written
+            else:
+                self._evicted.append(dropped)
+        del self.top_k[self.save_top_k:]
+        self._pending.add(name)
+
+    def _boundary(self, obj: Any) -> None:
+        if self._pending:
+            self._write(obj)
+
+    def _fit_ended(self, obj: Any) -> None:
+        try:
+            if self.save_last:
+                self._pending.add("last.pt")
+            if self._pending:
+                self._write(obj)
+        finally:
+            self._held.clear()
+
+    # --- writing ------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "epoch": self.epoch,
+                "top_k": [list(entry) for entry in self.top_k]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.epoch = state["epoch"]
+        self.top_k = [(float(v), int(s), str(n)) for v, s, n in state["top_k"]]
+
+    def checkpoint(self, obj: Any, model: Any = _NOT_GIVEN, optimizer: Any = _NOT_GIVEN,
+                   scheduler: Any = _NOT_GIVEN) -> dict[str, Any]:
+        """The dict a file holds, for the state of this process now."""
+        found = self._objects(obj, model, optimizer, scheduler)
+        if found["model"] is None:
+            raise HookError(f"{self.where}: no model to save; pass model= the module or its attribute name.")
+        state: dict[str, Any] = {"model": found["model"].state_dict()}
+        for what in ("optimizer", "scheduler"):
+            if found[what] is not None:
+                state[what] = found[what].state_dict()
+        rng = rng_state()
+        rng["generators"] = [generator.get_state() for generator in self.generators]
+        state.update(step=self.step, epoch=self.epoch, rng=_gather(rng),
+                     callbacks=_callback_state(obj if obj is not None else self._target),
+                     monitor=self.monitor, best=self.best.value)
+        return state
+
+    def _write(self, obj: Any) -> None:
+        import io
+
+        import torch
+
+        names = sorted(self._pending)
+        self._pending.clear()
+        evicted, self._evicted = self._evicted, []
+        state = self.checkpoint(obj)  # a collective under torch.distributed: every rank
+        failed = True
+        try:
+            if is_rank_zero():
+                buffer = io.BytesIO()
+                torch.save(state, buffer)
+                data = buffer.getvalue()
+                self.dir.mkdir(parents=True, exist_ok=True)
+                for name in names:
+                    _write_atomically(self.dir / name, data)
+                    self.saved += 1
+                for name in evicted:
+                    (self.dir / name).unlink(missing_ok=True)
+            failed = False
+        finally:
+            # The barrier after the write, which also tells the others if it failed.
+            if is_distributed() and any_rank(failed) and not failed:
+                raise HookError(
+                    f"{self.where}: rank 0 failed to write {', '.join(names)} at step {self.step} "
+                    f"(its error says why); stopping every rank."
+                )
+
+    # --- resuming -----------------------------------------------------------------------
+
+    def _resume_at_fit(self, obj: Any) -> None:
+        assert self.resume_from is not None
+        self.resume(obj, self.resume_from, missing_ok=str(self.resume_from) in ("last", "best"))
+
+    def resolve(self, path: str | os.PathLike[str]) -> Path | None:
+        """``"last"``: ``dir/last.pt``; ``"best"``: the best top-k file (None before
+        any); else the path itself."""
+        if str(path) == "last":
+            return self.last_path
+        if str(path) == "best":
+            if not self.top_k:
+                return None
+            return self.dir / self.top_k[0][2]
+        return Path(path)
+
+    @overload
+    def resume(self, obj: Any, path: str | os.PathLike[str] = "last", *, model: Any = ...,
+               optimizer: Any = ..., scheduler: Any = ..., strict: bool = ...,
+               missing_ok: Literal[False] = ..., weights_only: bool = ...) -> dict[str, Any]: ...
+
+    @overload
+    def resume(self, obj: Any, path: str | os.PathLike[str] = "last", *, model: Any = ...,
+               optimizer: Any = ..., scheduler: Any = ..., strict: bool = ...,
+               missing_ok: bool, weights_only: bool = ...) -> dict[str, Any] | None: ...
+
+    def resume(self, obj: Any, path: str | os.PathLike[str] = "last", *, model: Any = _NOT_GIVEN,
+               optimizer: Any = _NOT_GIVEN, scheduler: Any = _NOT_GIVEN, strict: bool = True,
+               missing_ok: bool = False, weights_only: bool = True) -> dict[str, Any] | None:
+        """Load ``path`` (``"last"``, ``"best"`` or a file) back: the model,
+        optimizer and scheduler (given, else read from ``obj`` as when saving),
+        the step and epoch counters, this process's RNG states, and the state of
+        every callback attached to ``obj`` (``hookwrap.load_callback_state``,
+        ``strict`` as there: attach the same callbacks first). Returns the loaded
+        dict (``["step"]``, ``["epoch"]``: where to continue the loop), or None
+        when ``missing_ok`` and there is no such file. Under torch.distributed
+        every rank calls it and loads the file onto its model's device."""
+        import torch
+
+        file = self.resolve(path)
+        exists = file is not None and file.is_file()
+        if is_distributed():  # every rank loads, or none: the same answer everywhere
+            seen = ranks_where(exists)
+            if len(seen) not in (0, torch.distributed.get_world_size()):
+                raise HookError(
+                    f"{self.where}: {str(file)!r} exists on rank(s) {', '.join(map(str, seen))} "
+                    f"only. Put dir on a filesystem every rank shares."
+                )
+            exists = bool(seen)
+        if not exists:
+            if missing_ok:
+                return None
+            raise HookError(f"{self.where}: no checkpoint to resume from at "
+                            f"{str(file) if file is not None else repr(str(path))} (none saved yet).")
+        assert file is not None
+        found = self._objects(obj, model, optimizer, scheduler)
+        if found["model"] is None:
+            raise HookError(f"{self.where}: no model to restore; pass model= the module.")
+        state: dict[str, Any] = torch.load(file, map_location=_device_of(found["model"]),
+                                           weights_only=weights_only)
+        rng = _this_rank(state["rng"])
+        saved_generators = rng.get("generators", [])
+        if len(saved_generators) != len(self.generators):
+            raise HookError(f"{self.where}: {str(file)!r} holds the state of {len(saved_generators)} "
+                            f"generator(s), and generators= names {len(self.generators)}. Pass the same "
+                            f"generators as when it was saved.")
+        found["model"].load_state_dict(state["model"])
+        for what in ("optimizer", "scheduler"):
+            if found[what] is not None:
+                if what not in state:
+                    raise HookError(f"{self.where}: {str(file)!r} holds no {what} state to restore; "
+                                    f"pass {what}=None to restore without it.")
+                found[what].load_state_dict(state[what])
+        target = obj if obj is not None else self._target
+        if target is not None:
+            _load_callback_state(target, state["callbacks"], strict)
+        self.step, self.epoch = int(state["step"]), int(state["epoch"])
+        set_rng_state(rng)
+        for generator, generator_state in zip(self.generators, saved_generators):
+            generator.set_state(generator_state.cpu())
+        self._pending.clear()
+        self._evicted.clear()
+        return state
+
+
+def _functions(module: Any) -> list[Any]:
+    from .._dispatch import join_point_of
+
+    return [value for value in vars(module).values() if join_point_of(value) is not None]
+
+
+def _callback_state(target: Any) -> dict[str, Any]:
+    """``hookwrap.callback_state`` of an object or hookable function; of a module,
+    that of its hookable functions together."""
+    from ..state import callback_state
+
+    if not isinstance(target, types.ModuleType):
+        return callback_state(target)
+    merged: dict[str, Any] = {}
+    for function in _functions(target):
+        merged.update(callback_state(function))
+    return merged
+
+
+def _load_callback_state(target: Any, state: dict[str, Any], strict: bool) -> None:
+    from ..state import load_callback_state, stateful_callbacks
+
+    if not isinstance(target, types.ModuleType):
+        load_callback_state(target, state, strict=strict)
+        return
+    functions = _functions(target)
+    attached = {key for function in functions for key in stateful_callbacks(function)}
+    unused = sorted(set(state) - attached)
+    if strict and unused:
+        raise HookError(f"load_callback_state({target.__name__}): saved state for "
+                        f"{', '.join(map(repr, unused))}, which no attached callback takes. Attach the "
+                        f"same callbacks as when the state was saved, or pass strict=False.")
+    for function in functions:
+        keys = stateful_callbacks(function)
+        load_callback_state(function, {key: state[key] for key in keys if key in state}, strict=strict)
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)  # atomic on POSIX and Windows
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def rng_state() -> dict[str, Any]:
+    """This process's RNG states: Python's ``random``, NumPy's global generator
+    (when NumPy is imported), torch's CPU generator and every CUDA device's."""
+    import random
+
+    import torch
+
+    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        kind, keys, pos, has_gauss, cached = numpy.random.get_state()
+        # Plain lists, so that torch.load(weights_only=True) takes them.
+        state["numpy"] = [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)]
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what ``rng_state()`` returned (CUDA devices as many as both have)."""
+    import random
+
+    import torch
+
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    torch.set_rng_state(state["torch"].cpu())
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and "numpy" in state:
+        kind, keys, pos, has_gauss, cached = state["numpy"]
+        numpy.random.set_state((kind, numpy.asarray(keys, dtype=numpy.uint32), pos, has_gauss, cached))
+    if "cuda" in state and torch.cuda.is_available():
+        devices = min(len(state["cuda"]), torch.cuda.device_count())
+        for index in range(devices):
+            torch.cuda.set_rng_state(state["cuda"][index].cpu(), index)
+
+
+def _gather(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every rank's RNG states, in rank order (one all-gather under
+    torch.distributed; this rank's alone otherwise)."""
+    if not is_distributed():
+        return [state]
+    import torch.distributed as dist
+
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, state)
+    return gathered
+
+
+def _this_rank(states: list[dict[str, Any]]) -> dict[str, Any]:
+    rank = process_rank()[0]
+    return states[rank] if rank < len(states) else states[0]
