@@ -25,6 +25,7 @@ from .checkpoint import BestCheckpoint
 from .distributed import all_ranks_mean
 from .distributed import any_rank
 from .distributed import is_distributed
+from .distributed import per_rank
 from .distributed import ranks_where
 from .early_stopping import EarlyStopping
 from .metrics_logger import MetricsLogger
@@ -33,20 +34,27 @@ from .monitors import LRMonitor
 from .nan_guard import NanGuard
 from .nan_guard import NonFiniteError
 from .progress import ProgressBar
+from .readback import HostReads
+from .readback import ReadBack
+from .readback import count_host_reads
 from .timer import StepTimer
 
 __all__ = [
     "BestCheckpoint",
     "EarlyStopping",
     "GradNorm",
+    "HostReads",
     "LRMonitor",
     "MetricsLogger",
     "NanGuard",
     "NonFiniteError",
     "ProgressBar",
+    "ReadBack",
     "StepTimer",
     "all_ranks_mean",
     "any_rank",
+    "count_host_reads",
     "is_distributed",
+    "per_rank",
     "ranks_where",
 ]
