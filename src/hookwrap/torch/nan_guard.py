@@ -154,9 +154,7 @@ class NanGuard(CountingCallback):
             return
         self._since += 1
         self._last_what = what
-        of = f" ({type(obj).__name__})" if obj is not None else ""
-        context = (self.checked, what, self.step, of)
-        found_now = self._queue(value, "", context)
+        found_now = self._queue(value, "", (self.checked, what, self.step, obj))
         if (found_now or self._first is not None) and not is_distributed():
             # A number (decided now, after the tensors queued before it), or a value
             # delivered by another callback's read.
@@ -167,7 +165,7 @@ class NanGuard(CountingCallback):
             else:
                 self._read_back(wait=False)
 
-    def _queue(self, value: Any, path: str, context: tuple[int, str, int, str]) -> bool:
+    def _queue(self, value: Any, path: str, context: tuple[int, str, int, Any]) -> bool:
         """Queue the checks of ``value``'s tensors on their device; True when a plain
         number in it is not finite (recorded at once)."""
         if isinstance(value, Mapping):
@@ -176,14 +174,17 @@ class NanGuard(CountingCallback):
                 found = self._queue(item, f"{path}[{key!r}]", context) or found
             return found
         if hasattr(value, "isfinite"):
-            if not value.is_floating_point() or value.numel() == 0:
+            if not value.is_floating_point():
                 return False  # integers and booleans are always finite
-            import torch
-
-            flat = value.detach().reshape(-1)
-            if flat.numel() == 1:  # a loss: its value, read back as it is
-                check = flat
+            size = value.numel()
+            if size == 1:  # a loss: its value, read back as it is
+                check = value
+            elif size == 0:
+                return False
             else:  # whether all are finite, and the first element that is not
+                import torch
+
+                flat = value.detach().reshape(-1)
                 bad = ~torch.isfinite(flat)
                 first = flat.index_select(0, bad.to(torch.uint8).argmax().reshape(1))
                 check = torch.cat([bad.any().reshape(1).to(flat.dtype), first])
@@ -195,15 +196,16 @@ class NanGuard(CountingCallback):
             return True
         return False
 
-    def _delivered(self, context: tuple[int, str, int, str], path: str, values: list[float]) -> None:
+    def _delivered(self, context: tuple[int, str, int, Any], path: str, values: list[float]) -> None:
         if len(values) == 1:
             if not math.isfinite(values[0]):
                 self._record(context, values[0], path)
         elif values[0]:
             self._record(context, values[1], path)
 
-    def _record(self, context: tuple[int, str, int, str], value: Any, path: str) -> None:
-        check, what, step, of = context
+    def _record(self, context: tuple[int, str, int, Any], value: Any, path: str) -> None:
+        check, what, step, obj = context
+        of = f" ({type(obj).__name__})" if obj is not None else ""
         if self._first is None or check < self._first[0]:
             self._first = (check, what, value, path, step, of)
 

@@ -36,7 +36,7 @@ class ReadBack:
     """Device values waiting to be read back to the host, read together.
 
     ``put(tensor, deliver)`` queues ``tensor`` (any shape, any device; it is
-    detached and flattened, read as float64) and calls ``deliver(values)`` with
+    detached, and flattened when read) and calls ``deliver(values)`` with
     its elements as Python floats once they have been read. ``read()`` reads what
     is queued: one ``.tolist()`` for CPU tensors, one asynchronous copy per CUDA
     device, delivered when complete; ``read(wait=True)`` also waits for the copies
@@ -51,9 +51,9 @@ class ReadBack:
 
     def put(self, tensor: Any, deliver: Deliver) -> None:
         """Queue ``tensor`` to be read; ``deliver(values)`` gets its elements."""
-        flat = tensor.detach().reshape(-1)
+        detached = tensor.detach()  # flattened when read: the per-step work stays small
         with self._lock:
-            self._queued.append((flat, deliver))
+            self._queued.append((detached, deliver))
 
     @property
     def pending(self) -> int:
@@ -74,14 +74,20 @@ class ReadBack:
         import torch
 
         by_device: dict[Any, list[tuple[Any, Deliver]]] = {}
-        for flat, deliver in queued:
-            by_device.setdefault(flat.device, []).append((flat, deliver))
+        for tensor, deliver in queued:
+            by_device.setdefault(tensor.device, []).append((tensor, deliver))
         for device, items in by_device.items():
-            values = torch.cat([flat.to(torch.float64) for flat, _ in items])
-            sizes = [(int(flat.numel()), deliver) for flat, deliver in items]
+            tensors = [tensor for tensor, _ in items]
+            try:
+                values = torch.stack(tensors).reshape(-1)  # the usual case: losses, one shape
+            except RuntimeError:  # shapes differ
+                values = torch.cat([t.reshape(-1) for t in tensors])
+            if not values.is_floating_point():
+                values = values.to(torch.float64)
+            sizes = [(int(tensor.numel()), deliver) for tensor, deliver in items]
             self.reads += 1
             if device.type == "cuda":
-                host = torch.empty(values.numel(), dtype=torch.float64, pin_memory=True)
+                host = torch.empty(values.numel(), dtype=values.dtype, pin_memory=True)
                 host.copy_(values, non_blocking=True)
                 event = torch.cuda.Event()  # type: ignore[no-untyped-call, unused-ignore]
                 event.record(torch.cuda.current_stream(device))
