@@ -97,6 +97,8 @@ class ProgressBar(ShippedCallback):
         return {"loss": f"{self.loss:.4f}", **self.metrics}  # the last value read
 
     def record_loss(self, obj: Any, value: Any) -> None:
+        if value is None:
+            return
         self.losses += 1
         if not hasattr(value, "detach"):  # a plain number: nothing to read back
             self.loss = float(value)
