@@ -247,6 +247,16 @@ def test_read_back_delivers_cpu_values_in_one_read(ht):
     assert reader.reads == 1
 
 
+def test_a_queue_nobody_reads_is_read_when_it_is_full(ht):
+    reader = ht.ReadBack()
+    reader.max_queued = 4
+    got: list[Any] = []
+    for value in range(9):
+        reader.put(torch.tensor(float(value)), got.append)
+    assert got == [[0.0], [1.0], [2.0], [3.0], [4.0], [5.0], [6.0], [7.0]]
+    assert reader.pending == 1 and reader.reads == 2
+
+
 def test_count_host_reads_restores_the_tensor_methods(ht):
     before = {name: torch.Tensor.__dict__.get(name) for name in ("item", "tolist", "__float__")}
     with ht.count_host_reads() as reads:

@@ -41,7 +41,11 @@ class ReadBack:
     is queued: one ``.tolist()`` for CPU tensors, one asynchronous copy per CUDA
     device, delivered when complete; ``read(wait=True)`` also waits for the copies
     in flight. ``deliver`` runs in queue order per device; it must not raise
-    (record, and act after the read)."""
+    (record, and act after the read). A queue that reaches ``max_queued`` values
+    (no callback reading back: a logger with no epoch join point) is read then,
+    so it never grows without bound."""
+
+    max_queued = 1024
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -54,6 +58,9 @@ class ReadBack:
         detached = tensor.detach()  # flattened when read: the per-step work stays small
         with self._lock:
             self._queued.append((detached, deliver))
+            full = len(self._queued) >= self.max_queued
+        if full:
+            self.read()
 
     @property
     def pending(self) -> int:
