@@ -10,7 +10,9 @@ Scenarios (``scenario``):
 
 * ``early_stopping``: EarlyStopping(patience=2) on per-rank val_loss that would stop
   rank 0 alone at evaluation 3, rank 1 alone at 5; their mean stops at 6.
-* ``nan``: rank 1's loss is NaN at step 7; NanGuard stops both at step 7.
+* ``nan``: rank 1's loss is NaN at step 7; NanGuard(sync=True) stops both at step 7.
+* ``nan_deferred``: the same with NanGuard(check_every=4), which reads its checks
+  back at the start of steps 5 and 9: both stop there, after step 8, naming step 7.
 * ``best_checkpoint``: BestCheckpoint(restore_best=True) on per-rank val_loss whose
   best is evaluation 2 for rank 0 alone, 3 for the mean: rank 0 writes one file,
   every rank restores the weights of evaluation 3.
@@ -30,6 +32,7 @@ VAL_LOSSES = {  # per scenario, per rank: one value per evaluation
     "early_stopping": [[1.0, 1.0, 1.0, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9],
                        [4.0, 4.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0]],
     "nan": [[1.0] * 10, [1.0] * 10],
+    "nan_deferred": [[1.0] * 10, [1.0] * 10],
     "best_checkpoint": [[1.0, 0.5, 0.9, 0.9, 0.9], [1.0, 2.0, 0.5, 0.9, 0.9]],
 }
 NAN_STEP, NAN_RANK = 7, 1
@@ -89,7 +92,7 @@ def _train(rank: int, out_dir: str, scenario: str) -> dict[str, Any]:
         @hw.hookable
         def loss(self, batch: Any) -> Any:
             loss = model(batch).pow(2).mean()
-            if scenario == "nan" and rank == NAN_RANK and log["steps"] == NAN_STEP:
+            if scenario.startswith("nan") and rank == NAN_RANK and log["steps"] == NAN_STEP:
                 loss = loss * math.nan
             return loss
 
@@ -104,7 +107,9 @@ def _train(rank: int, out_dir: str, scenario: str) -> dict[str, Any]:
     if scenario == "early_stopping":
         loop.add_callback(EarlyStopping("val_loss", patience=2))
     elif scenario == "nan":
-        loop.add_callback(NanGuard())
+        loop.add_callback(NanGuard(sync=True))
+    elif scenario == "nan_deferred":
+        loop.add_callback(NanGuard(check_every=4))
     else:
         checkpoint = BestCheckpoint(path, "val_loss", restore_best=True)
         loop.add_callback(checkpoint)

@@ -53,7 +53,7 @@ def test_nan_guard_checks_the_loss_passed_to_backward(hw, preset):
 
     with preset.weave():
         accelerator, model, optimizer = prepared()
-        guard = NanGuard(events=("backward",))
+        guard = NanGuard(events=("backward",), sync=True)  # the user's loop: no epoch/fit join point
         hw.add_callback(accelerator, guard)
         with pytest.raises(NonFiniteError, match="nan"):
             train(accelerator, model, optimizer, steps=5, nan_at=3)

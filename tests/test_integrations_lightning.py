@@ -78,7 +78,8 @@ def test_early_stopping_sets_should_stop_and_fit_finishes(hw, preset):
         assert isinstance(handle.stopped, hw.StopTraining)
 
 
-def test_loss_scaled_to_zero_learns_nothing_and_nan_guard_stops(hw, preset):
+@pytest.mark.parametrize("sync", [True, False])
+def test_loss_scaled_to_zero_learns_nothing_and_nan_guard_stops(hw, preset, sync):
     from hookwrap.torch import NanGuard, NonFiniteError
 
     with preset.weave(Module):
@@ -96,10 +97,11 @@ def test_loss_scaled_to_zero_learns_nothing_and_nan_guard_stops(hw, preset):
             return return_value * float("nan") if len(calls) == 6 else return_value
 
         hw.after(module, "loss", poison)
-        hw.add_callback(module, NanGuard())  # default events: loss, counted by step
+        hw.add_callback(module, NanGuard(sync=sync))  # default events: loss, counted by step
         with pytest.raises(NonFiniteError, match=r"'post-loss' returned nan at step 6"):
             trainer(epochs=3).fit(module, loader())
-        assert len(calls) == 6
+        # sync=True: in the bad step; by default read back when that epoch ends (step 8).
+        assert len(calls) == (6 if sync else 8)
 
 
 def test_stop_from_a_step_callback(hw, preset):

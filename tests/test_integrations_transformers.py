@@ -45,7 +45,8 @@ def test_loss_is_scaled_in_training_only(hw, preset, tmp_path):
         assert len(seen) == 3 and metrics["eval_loss"] == pytest.approx(unscaled) and unscaled > 1
 
 
-def test_nan_guard_stops_on_a_nan_loss(hw, preset, tmp_path):
+@pytest.mark.parametrize("sync", [True, False])
+def test_nan_guard_stops_on_a_nan_loss(hw, preset, tmp_path, sync):
     from hookwrap.torch import NanGuard, NonFiniteError
 
     with preset.weave():
@@ -57,10 +58,11 @@ def test_nan_guard_stops_on_a_nan_loss(hw, preset, tmp_path):
             return return_value * float("nan") if len(calls) == 3 else return_value
 
         hw.after(trainer, "loss", poison)
-        hw.add_callback(trainer, NanGuard())  # default events: loss, counted by step
+        hw.add_callback(trainer, NanGuard(sync=sync))  # default events: loss, counted by step
         with pytest.raises(NonFiniteError, match=r"'post-loss' returned nan at step 3"):
             trainer.train()
-        assert len(calls) == 3
+        # sync=True: in the bad step; by default read back when the run (6 steps) ends.
+        assert len(calls) == (3 if sync else 6)
 
 
 def test_early_stopping_ends_train_normally(hw, preset, tmp_path):

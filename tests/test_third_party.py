@@ -72,7 +72,7 @@ def test_transformers_trainer_stops_on_a_nan_loss(hw, hf, tmp_path):
         hw.after(trainer, "compute_loss", poison)
         # A woven class is not Hookable (no add_callback): a shipped callback attaches
         # globally, for the block.
-        with NanGuard(events="compute_loss", step_event=None):
+        with NanGuard(events="compute_loss", step_event=None, sync=True):  # no epoch/fit join point
             with pytest.raises(NonFiniteError, match=r"'post-compute_loss' returned nan"):
                 trainer.train()
     assert len(calls) == 2  # it stopped at the poisoned step

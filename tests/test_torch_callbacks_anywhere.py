@@ -106,9 +106,15 @@ def test_nan_guard_watches_the_loss_argument(hw, shipped):
         hw.add_callback(accelerator, guard)
         w = torch.ones(2, requires_grad=True)
         accelerator.backward((w * 2).sum())
+        accelerator.backward((w * math.nan).sum())  # queued: no epoch or fit to read it back at
+        with pytest.raises(shipped.NonFiniteError, match="argument 'loss' of 'backward' was nan"):
+            guard.check_pending()
+        assert guard.checked == 2
+        exact = shipped.NanGuard(events="backward", sync=True)
+        hw.add_callback(accelerator, exact)
         with pytest.raises(shipped.NonFiniteError, match="argument 'loss' of 'backward' was nan"):
             accelerator.backward((w * math.nan).sum())
-        assert guard.checked == 2
+        assert exact.checked == 1
 
 
 def test_nan_guard_refuses_a_join_point_with_nothing_to_check(hw, shipped):

@@ -88,7 +88,7 @@ def test_saving_a_model_with_a_lambda_callback_says_which_and_how(hw, net_class)
 def test_shipped_callbacks_are_saved_with_the_model_and_keep_working(hw, net_class, save):
     ht = pytest.importorskip("hookwrap.torch")
     model = net_class()
-    guard, timer = ht.NanGuard(events="forward", step_event=None), ht.StepTimer(step_event="forward")
+    guard, timer = ht.NanGuard(events="forward", step_event=None, check_every=1), ht.StepTimer(step_event="forward")
     model.add_callback(guard)
     model.add_callback(timer)
     model(torch.ones(1, 3))

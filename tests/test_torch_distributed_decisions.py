@@ -55,9 +55,13 @@ def test_early_stopping_stops_every_rank_at_the_same_evaluation(hw, tmp_path):
     assert results[0]["restored"] == pytest.approx(results[1]["restored"])  # DDP kept them in step
 
 
-def test_nan_on_one_rank_stops_every_rank_at_that_step(hw, tmp_path):
-    results = _run(hw, tmp_path, "nan")
-    assert [r["steps"] for r in results] == [worker.NAN_STEP] * WORLD
+@pytest.mark.parametrize("scenario", ["nan", "nan_deferred"])
+def test_nan_on_one_rank_stops_every_rank_at_that_step(hw, tmp_path, scenario):
+    results = _run(hw, tmp_path, scenario)
+    # sync=True: in the bad step itself. Deferred (check_every=4): at the read-back
+    # before step 9, on both ranks, with one all-reduce; the message names step 7.
+    stopped_after = worker.NAN_STEP if scenario == "nan" else 8
+    assert [r["steps"] for r in results] == [stopped_after] * WORLD
     bad, good = results[worker.NAN_RANK], results[1 - worker.NAN_RANK]
     assert bad["stopped"].startswith(
         f"NonFiniteError: NanGuard: event 'post-loss' returned nan at step {worker.NAN_STEP} "

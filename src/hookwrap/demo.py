@@ -81,6 +81,23 @@ def step_times(trainer: Any, batches: list[Any], rounds: int = 30,
     return statistics.median(times[0]), statistics.median(times[1])
 
 
+def callback_set(workdir: Path, device: str = "cpu", total: int | None = None,
+                 stream: TextIO | None = None) -> tuple[list[Any], Any]:
+    """The demo's shipped callbacks, at their defaults but for the settings shown:
+    ``(NanGuard, EarlyStopping, BestCheckpoint, StepTimer, GradNorm, LRMonitor,
+    MetricsLogger)`` for the trainer, and the ProgressBar (used on the global tier)."""
+    from .torch import (BestCheckpoint, EarlyStopping, GradNorm, LRMonitor, MetricsLogger, NanGuard,
+                        ProgressBar, StepTimer)
+
+    log = MetricsLogger(workdir / "metrics.csv", every=10, tensorboard=False)  # loss every 10 steps
+    callbacks = [NanGuard(), EarlyStopping("val_loss", patience=3, min_delta=0.002),
+                 BestCheckpoint(workdir / "best.pt", monitor="val_loss", restore_best=True),
+                 StepTimer(device),
+                 GradNorm(every=50, logger=log),  # a norm costs ~100 us: not every step
+                 LRMonitor(logger=log), log]
+    return callbacks, ProgressBar(total=total, file=stream or sys.stderr)
+
+
 def run(epochs: int = 20, device: str = "cpu", hooks: bool = True, out: Callable[[str], Any] = print,
         stream: TextIO | None = None, workdir: str | None = None) -> dict[str, Any]:
     """Train; print the report through ``out`` (the progress bar goes to ``stream``,
@@ -88,8 +105,6 @@ def run(epochs: int = 20, device: str = "cpu", hooks: bool = True, out: Callable
     import torch
 
     from .examples.trainer import ExampleTrainer, make_run
-    from .torch import (BestCheckpoint, EarlyStopping, GradNorm, LRMonitor, MetricsLogger, NanGuard,
-                        ProgressBar, StepTimer)
 
     torch.set_num_threads(1)  # a small model: more threads add jitter to the timings, not speed
     make_run(device).fit(1)  # warm-up (allocator, kernels), so the timed runs compare fairly
@@ -112,15 +127,11 @@ def run(epochs: int = 20, device: str = "cpu", hooks: bool = True, out: Callable
         samples["seen"] += len(targets)
         return targets
 
-    log = MetricsLogger(tmp / "metrics.csv", every=10, tensorboard=False)  # loss every 10 steps
-    timer = StepTimer(device)
-    best = BestCheckpoint(tmp / "best.pt", monitor="val_loss", restore_best=True)
-    grad_norm = GradNorm(every=50, logger=log)  # a norm costs ~100 us: not every step
-    for callback in (NanGuard(), EarlyStopping("val_loss", patience=3, min_delta=0.002), best,
-                     timer, grad_norm, LRMonitor(logger=log), log):
+    callbacks, bar = callback_set(tmp, device, total=len(trainer.train_loader), stream=stream)
+    for callback in callbacks:
         trainer.add_callback(callback)
+    _, _, best, timer, grad_norm, _, log = callbacks
 
-    bar = ProgressBar(total=len(trainer.train_loader), file=stream or sys.stderr)
     with bar:  # global tier, for this block: every hookable trainer with these events
         trainer.fit(epochs)
     epochs_run = len(trainer.history)

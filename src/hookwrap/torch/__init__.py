@@ -26,6 +26,7 @@ from .checkpoint import Checkpoint
 from .distributed import all_ranks_mean
 from .distributed import any_rank
 from .distributed import is_distributed
+from .distributed import per_rank
 from .distributed import ranks_where
 from .early_stopping import EarlyStopping
 from .metrics_logger import MetricsLogger
@@ -34,6 +35,9 @@ from .monitors import LRMonitor
 from .nan_guard import NanGuard
 from .nan_guard import NonFiniteError
 from .progress import ProgressBar
+from .readback import HostReads
+from .readback import ReadBack
+from .readback import count_host_reads
 from .timer import StepTimer
 
 __all__ = [
@@ -41,14 +45,18 @@ __all__ = [
     "Checkpoint",
     "EarlyStopping",
     "GradNorm",
+    "HostReads",
     "LRMonitor",
     "MetricsLogger",
     "NanGuard",
     "NonFiniteError",
     "ProgressBar",
+    "ReadBack",
     "StepTimer",
     "all_ranks_mean",
     "any_rank",
+    "count_host_reads",
     "is_distributed",
+    "per_rank",
     "ranks_where",
 ]

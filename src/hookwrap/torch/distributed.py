@@ -8,7 +8,8 @@ process group, with one collective each, so that every rank gets the same answer
 
 * ``any_rank(flag)``: ``True`` on every rank when ``flag`` is true on any;
 * ``ranks_where(flag)``: the ranks where ``flag`` is true (to say which);
-* ``all_ranks_mean(value)``: the mean of a number over the ranks.
+* ``all_ranks_mean(value)``: the mean of a number over the ranks;
+* ``per_rank(value)``: every rank's whole number (a step, a count), in rank order.
 
 When torch.distributed is not initialised (one process, the usual case) they
 communicate nothing and return their input as a one-rank answer; the check costs a
@@ -22,7 +23,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-__all__ = ["all_ranks_mean", "any_rank", "is_distributed", "ranks_where"]
+__all__ = ["all_ranks_mean", "any_rank", "is_distributed", "per_rank", "ranks_where"]
 
 
 def _initialized() -> Any:
@@ -82,6 +83,21 @@ def ranks_where(flag: bool) -> list[int]:
         tensor[dist.get_rank()] = 1
     dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
     return [rank for rank, seen in enumerate(tensor.tolist()) if seen]
+
+
+def per_rank(value: int) -> list[int]:
+    """Every rank's ``value`` (a whole number), in rank order, the same list on every
+    rank (one all-reduce of a world-sized vector); ``[value]`` when not distributed.
+    NanGuard shares the step where each rank first saw a non-finite value with it."""
+    dist = _initialized()
+    if dist is None:
+        return [int(value)]
+    import torch
+
+    tensor = torch.zeros(dist.get_world_size(), dtype=torch.int64, device=_device(dist))
+    tensor[dist.get_rank()] = int(value)
+    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return [int(v) for v in tensor.tolist()]
 
 
 def all_ranks_mean(value: float) -> float:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import csv
+import functools
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable
 
 from ._attach import DefaultEvent, reader, CountingCallback, is_rank_zero, to_float, whole_number
+from .readback import shared
 
 __all__ = ["MetricsLogger", "tensorboard_available"]
 
@@ -26,6 +28,12 @@ class MetricsLogger(CountingCallback):
     ``loss_event`` returns, every ``every`` steps: each reads a value back from the
     device), every metric ``metrics_event`` returns, and whatever other callbacks
     ``log()`` (GradNorm's ``grad_norm``, LRMonitor's ``lr``).
+
+    A tensor value is not read back when logged: it is queued on its device and
+    read with the other shipped callbacks' values (:mod:`hookwrap.torch.readback`),
+    at the latest when the epoch ends (asynchronously on CUDA: a row whose copy is
+    still running is written at the next flush) or when ``fit_event`` returns,
+    ``read()`` is called or the logger is pickled (waiting for the device).
 
     ``tensorboard``: a log folder for ``torch.utils.tensorboard`` too; ``None`` (the
     default) writes one beside the CSV when the ``tensorboard`` package is installed,
@@ -57,7 +65,7 @@ class MetricsLogger(CountingCallback):
             tensorboard = self.path.with_name(self.path.stem + "_tensorboard")
         self.tensorboard_dir = Path(tensorboard) if tensorboard else None
         self.losses = 0
-        self.rows: list[tuple[int, str, float]] = []  # not yet written
+        self.rows: list[list[Any]] = []  # [step, name, value] not yet written; value None until read
         self._file: Any = None
         self._writer: Any = None
 
@@ -73,17 +81,23 @@ class MetricsLogger(CountingCallback):
         if "metrics" in e:
             pairs.append((f"post-{e['metrics']}", reader(self.record_metrics, "post-", "return_value")))
         if "epoch" in e:
-            pairs.append((f"post-{e['epoch']}", reader(self.flush, "post-")))
+            pairs.append((f"post-{e['epoch']}", reader(self.end_of_epoch, "post-")))
         if "fit" in e:
             pairs.append((f"post-{e['fit']}", reader(self.close, "post-")))
             pairs.append((f"error-{e['fit']}", reader(self.close, "error-")))
         return pairs
 
     def log(self, name: str, value: Any, step: int | None = None) -> None:
-        """Record one value (written at the next flush)."""
+        """Record one value (written at the next flush). A tensor (one element) is
+        queued for read-back, not read now."""
         if not is_rank_zero():  # another callback's value, on a rank that never flushes
             return
-        self.rows.append((self.step if step is None else step, name, to_float(value)))
+        row: list[Any] = [self.step if step is None else step, name, None]
+        if hasattr(value, "detach") and value.numel() == 1:
+            shared().put(value, functools.partial(_fill, row))
+        else:
+            row[2] = to_float(value)
+        self.rows.append(row)
 
     def record_loss(self, obj: Any, value: Any) -> None:
         self.losses += 1
@@ -97,8 +111,17 @@ class MetricsLogger(CountingCallback):
         else:
             self.log("metric", value)
 
+    def end_of_epoch(self, obj: Any = None) -> None:
+        shared().read()  # what is queued (CUDA: the copies done by now)
+        self.flush()
+
     def flush(self, obj: Any = None) -> None:
-        rows, self.rows = self.rows, []
+        """Write the rows whose values have been read (in order: up to the first
+        still waiting for the device)."""
+        ready = 0
+        while ready < len(self.rows) and self.rows[ready][2] is not None:
+            ready += 1
+        rows, self.rows = [tuple(row) for row in self.rows[:ready]], self.rows[ready:]
         if not rows:
             return
         if self._file is None:
@@ -119,7 +142,10 @@ class MetricsLogger(CountingCallback):
             self._writer.flush()
 
     def close(self, obj: Any = None) -> None:
-        """Write what is pending and close the files (a later row reopens them)."""
+        """Write what is pending (waiting for values still on the device) and close
+        the files (a later row reopens them)."""
+        if any(row[2] is None for row in self.rows):
+            shared().read(wait=True)
         self.flush()
         file, self._file = self._file, None
         writer, self._writer = self._writer, None
@@ -129,7 +155,10 @@ class MetricsLogger(CountingCallback):
             writer.close()
 
     def read(self) -> list[tuple[int, str, float]]:
-        """The rows written so far, parsed back from the CSV file."""
+        """The rows logged so far, parsed back from the CSV file (waits for values
+        still on the device)."""
+        if any(row[2] is None for row in self.rows):
+            shared().read(wait=True)
         self.flush()
         if not self.path.exists():
             return []
@@ -144,5 +173,11 @@ class MetricsLogger(CountingCallback):
         self.losses = state["losses"]
 
     def __getstate__(self) -> dict[str, Any]:
+        if any(row[2] is None for row in self.rows):
+            shared().read(wait=True)
         self.flush()
         return {**self.__dict__, "_file": None, "_writer": None}  # open files do not pickle
+
+
+def _fill(row: list[Any], values: list[float]) -> None:
+    row[2] = values[0]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 from ._attach import CountingCallback, DefaultEvent, whole_number
+from .readback import shared
 
 __all__ = ["GradNorm", "LRMonitor"]
 
@@ -12,9 +14,11 @@ __all__ = ["GradNorm", "LRMonitor"]
 class GradNorm(CountingCallback):
     """After each call of ``event`` (default ``"backward"``), the total ``norm_type``
     norm of the gradients of ``model`` (an attribute name of the hooked object, or
-    the module; read from the join point's argument of that name first). Every ``every`` steps only: the norm reads a value back from the
-    device. ``history`` holds ``(step, norm)``; ``logger`` (a MetricsLogger) gets
-    ``grad_norm``."""
+    the module; read from the join point's argument of that name first), every
+    ``every`` calls. The norm is computed on the device and queued for read-back with
+    the other shipped callbacks' values (:mod:`hookwrap.torch.readback`), not read
+    each time. ``history`` holds ``(step, norm)`` (reading it, or ``last``, reads back
+    what is still queued); ``logger`` (a MetricsLogger) gets ``grad_norm``."""
 
     def __init__(self, model: Any = "model", norm_type: float = 2.0, every: int = 1,
                  event: str = "backward", logger: Any = None,
@@ -22,7 +26,8 @@ class GradNorm(CountingCallback):
         super().__init__(step_event)
         whole_number(every, "every", "GradNorm")
         self.model, self.norm_type, self.every, self.event, self.logger = model, norm_type, every, event, logger
-        self.history: list[tuple[int, float]] = []
+        self._history: list[tuple[int, float]] = []
+        self._queued = 0  # norms not yet read back
         self.calls = 0
 
     def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
@@ -30,18 +35,28 @@ class GradNorm(CountingCallback):
         return [(f"post-{self.event}", self.value_reader(self.measure, "post-", self.model, "model"))]
 
     def measure(self, obj: Any, model: Any) -> None:
-        import torch
-
         self.calls += 1
         if self.calls % self.every:
             return
         grads = [p.grad for p in model.parameters() if p.grad is not None]
         if not grads:
             return
-        norm = float(total_norm(grads, self.norm_type))
-        self.history.append((self.step, norm))
+        norm = total_norm(grads, self.norm_type).detach()
+        self._queued += 1
+        shared().put(norm, functools.partial(self._read, self.step))
         if self.logger is not None:
             self.logger.log("grad_norm", norm, self.step)
+
+    def _read(self, step: int, values: list[float]) -> None:
+        self._queued -= 1
+        self._history.append((step, values[0]))
+
+    @property
+    def history(self) -> list[tuple[int, float]]:
+        """``(step, norm)`` of each norm measured (waits for those still queued)."""
+        if self._queued:
+            shared().read(wait=True)
+        return self._history
 
     @property
     def last(self) -> float | None:

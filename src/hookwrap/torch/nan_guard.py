@@ -8,8 +8,9 @@ from collections.abc import Mapping
 from typing import Any, Callable
 
 from ..errors import CallbackSignatureError
-from ._attach import CountingCallback, DefaultEvent, per_join_point, reader
-from .distributed import is_distributed, ranks_where
+from ._attach import CountingCallback, DefaultEvent, per_join_point, reader, whole_number
+from .distributed import is_distributed, per_rank, ranks_where
+from .readback import shared
 
 __all__ = ["NanGuard", "NonFiniteError"]
 
@@ -49,21 +50,46 @@ class NanGuard(CountingCallback):
     that has neither (it returns None) is refused when the guard is attached.
 
     ``events`` are join point names (default: ``"loss"``); the step counted is that of
-    ``step_event`` (the join point ``step`` where the target has one). On CUDA each
-    check reads one boolean back from the device: pass ``every=N`` to
-    ``add_callback`` to check every N-th call only.
+    ``step_event`` (the join point ``step`` where the target has one).
 
-    Under torch.distributed every rank stops together: each check shares whether
-    the value was finite with one all-reduce (``ranks_where``), and when it was not
-    on any rank, every rank raises at that step, naming the rank(s) where it was not.
+    Without a host sync per step (the default): a tensor's check is queued on its
+    device (its value, or for a larger tensor whether it is all finite and its first
+    bad element) and read back with the other shipped callbacks' values
+    (:mod:`hookwrap.torch.readback`) once ``check_every`` checks are queued, at the
+    start of the next step (in the check itself where the target has no step
+    event), and at the end of each ``epoch_event`` and ``fit_event``. The guard then
+    raises naming the step where the value *first* went non-finite; the run stops
+    at most ``check_every - 1`` steps after that step, or at the end of the epoch or
+    fit. On CUDA the copy back is asynchronous (pinned memory and an event), so a
+    read-back point may find the copy still running and decide at the next one;
+    the end of ``fit_event`` waits for it. A Python number is checked at once.
+    ``check_pending()`` decides now, for loops without epoch or fit join points.
+    ``sync=True`` checks every value at once (one read per check; a device sync on
+    CUDA) and stops at the step itself.
+
+    Under torch.distributed every rank stops together: each read-back point (each
+    check with ``sync=True``) shares whether, and at which step, the value was not
+    finite with one all-reduce, and when it was not on any rank, every rank raises,
+    naming the first such step and the rank(s) where it was not.
     """
 
     def __init__(self, events: tuple[str, ...] | list[str] | str = ("loss",),
-                 step_event: str | None = DefaultEvent("step"), argument: str = "loss") -> None:
+                 step_event: str | None = DefaultEvent("step"), argument: str = "loss", *,
+                 sync: bool = False, check_every: int = 20,
+                 epoch_event: str | None = DefaultEvent("epoch"),
+                 fit_event: str | None = DefaultEvent("fit")) -> None:
         super().__init__(step_event)
         self.events = (events,) if isinstance(events, str) else tuple(events)
         self.argument = argument
+        self.sync = bool(sync)
+        self.check_every = whole_number(check_every, "check_every", "NanGuard")
+        self.epoch_event, self.fit_event = epoch_event, fit_event
         self.checked = 0
+        self._since = 0  # checks since the last read-back point
+        self._due = False  # check_every checks queued: read back at the next step
+        self._steps_counted = False  # a step event is attached (read back there)
+        self._first: tuple[int, str, Any, str, int, str] | None = None  # (check, what, value, where, step, of)
+        self._last_what = ""
 
     @property
     def state_key(self) -> str:
@@ -75,6 +101,12 @@ class NanGuard(CountingCallback):
             self.wants(target, name)
             choose = functools.partial(self._choose, name)
             pairs.append((f"post-{name}", per_join_point(self, f"check[{name}]", choose)))
+        self._steps_counted = self.wants(target, self.step_event)
+        if not self.sync:
+            if self.wants(target, self.epoch_event):
+                pairs.append((f"post-{self.epoch_event}", reader(self.end_of_epoch, "post-")))
+            if self.wants(target, self.fit_event):
+                pairs.append((f"post-{self.fit_event}", reader(self.end_of_fit, "post-")))
         return pairs
 
     def _choose(self, event: str, spec: Any) -> Any:
@@ -98,8 +130,128 @@ class NanGuard(CountingCallback):
         """The ``argument`` ``event`` was called with."""
         self._check(obj, f"argument {self.argument!r} of {event!r} was", value)
 
+    def _count_step(self, obj: Any) -> None:
+        if self._due:  # check_every checks queued in the steps before this one
+            self._read_back(wait=False)
+        self.step += 1
+
+    def end_of_epoch(self, obj: Any) -> None:
+        self._read_back(wait=False)
+
+    def end_of_fit(self, obj: Any) -> None:
+        self._read_back(wait=True)
+
+    def check_pending(self) -> None:
+        """Read back the checks queued so far (waiting for the device) and raise
+        :class:`NonFiniteError` if one was not finite. Under torch.distributed a
+        collective: call it on every rank at the same point."""
+        self._read_back(wait=True)
+
     def _check(self, obj: Any, what: str, value: Any) -> None:
         self.checked += 1
+        if self.sync:
+            self._check_now(obj, what, value)
+            return
+        self._since += 1
+        self._last_what = what
+        found_now = self._queue(value, "", (self.checked, what, self.step, obj))
+        if (found_now or self._first is not None) and not is_distributed():
+            # A number (decided now, after the tensors queued before it), or a value
+            # delivered by another callback's read.
+            self._read_back(wait=True)
+        if self._since >= self.check_every:
+            if self._steps_counted:
+                self._due = True
+            else:
+                self._read_back(wait=False)
+
+    def _queue(self, value: Any, path: str, context: tuple[int, str, int, Any]) -> bool:
+        """Queue the checks of ``value``'s tensors on their device; True when a plain
+        number in it is not finite (recorded at once)."""
+        if isinstance(value, Mapping):
+            found = False
+            for key, item in value.items():
+                found = self._queue(item, f"{path}[{key!r}]", context) or found
+            return found
+        if hasattr(value, "isfinite"):
+            if not value.is_floating_point():
+                return False  # integers and booleans are always finite
+            size = value.numel()
+            if size == 1:  # a loss: its value, read back as it is
+                check = value
+            elif size == 0:
+                return False
+            else:  # whether all are finite, and the first element that is not
+                import torch
+
+                flat = value.detach().reshape(-1)
+                bad = ~torch.isfinite(flat)
+                first = flat.index_select(0, bad.to(torch.uint8).argmax().reshape(1))
+                check = torch.cat([bad.any().reshape(1).to(flat.dtype), first])
+                path += "" if value.dim() == 0 else " (an element)"
+            shared().put(check, functools.partial(self._delivered, context, path))
+            return False
+        if isinstance(value, (int, float)) and not math.isfinite(value):
+            self._record(context, value, path)
+            return True
+        return False
+
+    def _delivered(self, context: tuple[int, str, int, Any], path: str, values: list[float]) -> None:
+        if len(values) == 1:
+            if not math.isfinite(values[0]):
+                self._record(context, values[0], path)
+        elif values[0]:
+            self._record(context, values[1], path)
+
+    def _record(self, context: tuple[int, str, int, Any], value: Any, path: str) -> None:
+        check, what, step, obj = context
+        of = f" ({type(obj).__name__})" if obj is not None else ""
+        if self._first is None or check < self._first[0]:
+            self._first = (check, what, value, path, step, of)
+
+    def _read_back(self, wait: bool) -> None:
+        """A read-back point: read the queued checks and stop when one was not finite
+        (under torch.distributed: on any rank, with one all-reduce)."""
+        if self._since == 0:  # nothing checked since the last one (the same on every rank)
+            return
+        self._since, self._due = 0, False
+        distributed = is_distributed()
+        shared().read(wait=wait or distributed)
+        if not distributed:
+            if self._first is not None:
+                self._raise(self._first, "")
+            return
+        first = self._first
+        steps = per_rank(first[4] + 1 if first is not None else 0)  # 0: finite on that rank
+        seen = [step for step in steps if step]
+        if not seen:
+            return
+        earliest = min(seen)
+        ranks = [rank for rank, step in enumerate(steps) if step == earliest]
+        on = f" on rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+        if first is not None and first[4] + 1 == earliest:
+            self._raise(first, on)
+        import torch.distributed as dist
+
+        when = f"at step {earliest - 1}" if earliest > 1 else "before any step was counted"
+        of = first[5] if first is not None else ""
+        self._stop(f"{self._last_what} NaN or infinite {when}{on} (finite on this rank, "
+                   f"{dist.get_rank()}){of}")
+
+    def _raise(self, first: tuple[int, str, Any, str, int, str], on: str) -> None:
+        _, what, value, path, step, of = first
+        when = f"at step {step}" if step else "before any step was counted"
+        self._stop(f"{what} {value}{path} {when}{on}{of}")
+
+    def _stop(self, seen: str) -> None:
+        self._first = None
+        raise NonFiniteError(
+            f"NanGuard: {seen}. Stopping the run; lower the learning rate, clip "
+            f"gradients, or check the inputs of that step."
+        )
+
+    def _check_now(self, obj: Any, what: str, value: Any) -> None:
+        """``sync=True``: read the value back now (a device sync on CUDA) and decide."""
         found = _first_non_finite(value)
         ranks = ranks_where(found is not None) if is_distributed() else None
         if found is None and not ranks:
@@ -116,7 +268,4 @@ class NanGuard(CountingCallback):
             import torch.distributed as dist
 
             seen = f"{what} NaN or infinite {when}{on} (finite on this rank, {dist.get_rank()})"
-        raise NonFiniteError(
-            f"NanGuard: {seen}{of}. Stopping the run; lower the learning rate, clip "
-            f"gradients, or check the inputs of that step."
-        )
+        self._stop(f"{seen}{of}")

@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from typing import Any, Callable
 
 from ..errors import HookError
-from ._attach import DefaultEvent, reader, ShippedCallback, to_float
+from ._attach import DefaultEvent, reader, ShippedCallback, to_float, whole_number
+from .readback import shared
 
 __all__ = ["ProgressBar"]
 
@@ -16,27 +17,38 @@ class ProgressBar(ShippedCallback):
     the last loss (what ``loss_event`` returns) and the metrics ``metrics_event``
     returns in its postfix.
 
-    The loss is read back from the device only every ``postfix_every`` steps, so the
-    bar does not synchronize CUDA each step. ``total`` is the number of steps per
+    The bar never waits for the device: a loss tensor is queued for read-back every
+    ``postfix_every`` losses (the first, then every ``postfix_every``-th) and read with
+    the other shipped callbacks' values (:mod:`hookwrap.torch.readback`: NanGuard's
+    reads), or by the bar itself when its loss has waited ``read_every`` steps and
+    when the epoch ends (on CUDA without waiting: a copy still running shows
+    later). The postfix shows the last loss read, refreshed every ``postfix_every``
+    steps. A plain number is shown as it comes. ``total`` is the number of steps per
     epoch, when known. Under torch.distributed the bar shows on rank 0 only
     (``rank_zero_only``). Other keywords go to ``tqdm`` (``file=``, ``ncols=``, ...).
     """
 
     rank_zero_only = True
 
-    def __init__(self, total: int | None = None, *, postfix_every: int = 10,
+    def __init__(self, total: int | None = None, *, postfix_every: int = 10, read_every: int = 100,
                  epoch_event: str = "epoch", step_event: str = "step",
                  loss_event: str | None = DefaultEvent("loss"),
                  metrics_event: str | None = DefaultEvent("evaluate"),
                  fit_event: str | None = DefaultEvent("fit"), **tqdm_kwargs: Any) -> None:
         import tqdm  # noqa: F401  # fail at construction, not at the first epoch
 
-        self.total, self.postfix_every, self.tqdm_kwargs = total, postfix_every, tqdm_kwargs
+        self.total, self.tqdm_kwargs = total, tqdm_kwargs
+        self.postfix_every = whole_number(postfix_every, "postfix_every", "ProgressBar")
+        self.read_every = whole_number(read_every, "read_every", "ProgressBar")
+        self.steps = 0
+        self._unread = 0  # losses queued, not yet read back
+        self._unread_since = 0  # the step when the oldest of them was queued
         self.events = {"epoch": epoch_event, "step": step_event, "loss": loss_event,
                        "metrics": metrics_event, "fit": fit_event}
         self.bar: Any = None
         self.epochs = 0
-        self.loss: Any = None
+        self.loss: float | None = None  # the last loss read
+        self.losses = 0  # losses seen
         self.metrics: dict[str, str] = {}  # formatted for the postfix
 
     def attach(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:
@@ -75,14 +87,30 @@ class ProgressBar(ShippedCallback):
         if bar is None:
             return
         bar.update(1)
+        self.steps += 1
+        if self._unread and self.steps - self._unread_since >= self.read_every:
+            shared().read()
         if self.loss is not None and bar.n % self.postfix_every == 0:
             bar.set_postfix(self._with_loss(), refresh=False)
 
     def _with_loss(self) -> dict[str, str]:
-        return {"loss": f"{to_float(self.loss):.4f}", **self.metrics}  # reads the loss back
+        return {"loss": f"{self.loss:.4f}", **self.metrics}  # the last value read
 
     def record_loss(self, obj: Any, value: Any) -> None:
-        self.loss = value  # read back lazily, in advance()
+        if value is None:
+            return
+        self.losses += 1
+        if not hasattr(value, "detach"):  # a plain number: nothing to read back
+            self.loss = float(value)
+        elif (self.losses - 1) % self.postfix_every == 0:
+            if not self._unread:
+                self._unread_since = self.steps
+            self._unread += 1
+            shared().put(value, self._loss_read)  # read with the next read-back
+
+    def _loss_read(self, values: list[float]) -> None:
+        self._unread -= 1
+        self.loss = values[0]
 
     def record_metrics(self, obj: Any, value: Any) -> None:
         if isinstance(value, Mapping):
@@ -95,6 +123,8 @@ class ProgressBar(ShippedCallback):
     def close(self, obj: Any) -> None:
         bar, self.bar = self.bar, None
         if bar is not None:
+            if self._unread:
+                shared().read()
             if self.loss is not None:
                 bar.set_postfix(self._with_loss(), refresh=False)
             bar.close()
