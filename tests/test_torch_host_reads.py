@@ -306,3 +306,88 @@ def test_cuda_demo_set_never_syncs_in_the_loop(hw, tmp_path):
         torch.cuda.set_sync_debug_mode(0)
     callbacks[0].check_pending()  # waits for the copies, then decides: all finite
     assert trainer.steps == 2 * STEPS_PER_EPOCH and callbacks[0].checked == trainer.steps
+
+
+# --- found by review: values changed in place, a failed fit, a checkpoint, copies ------
+
+
+class _Reused:
+    """A loop writing each step's loss into one reused buffer (as CUDA graphs do)."""
+
+    @staticmethod
+    def make(hw: Any, nan_at: int | None = None, fail_at: int | None = None) -> Any:
+        class Loop(hw.Hookable):
+            def __init__(self) -> None:
+                self.model = torch.nn.Linear(2, 1)
+                self.buffer = torch.zeros(())
+                self.steps = 0
+
+            @hw.hookable
+            def fit(self, steps: int) -> None:
+                for _ in range(steps):
+                    self.step()
+
+            @hw.hookable
+            def step(self) -> None:
+                self.steps += 1
+                if self.steps == fail_at:
+                    raise RuntimeError("the data loader died")
+                self.loss(math.nan if self.steps == nan_at else 1.0 / self.steps)
+
+            @hw.hookable
+            def loss(self, value: float) -> Any:
+                self.buffer.fill_(value)
+                return self.buffer
+
+        return Loop()
+
+
+def test_a_loss_changed_in_place_after_its_step_is_checked_and_logged_as_it_was(hw, ht, tmp_path):
+    loop = _Reused.make(hw, nan_at=3)
+    loop.add_callback(ht.NanGuard())
+    with pytest.raises(ht.NonFiniteError, match="returned nan at step 3"):
+        loop.fit(10)
+    loop = _Reused.make(hw)
+    logger = ht.MetricsLogger(tmp_path / "m.csv", tensorboard=False)
+    loop.add_callback(logger)
+    loop.fit(4)
+    assert [round(value, 4) for _, _, value in logger.read()] == [1.0, 0.5, 0.3333, 0.25]
+
+
+def test_a_failed_fit_notes_what_it_queued_and_carries_nothing_into_the_next(hw, ht):
+    guard = ht.NanGuard()
+    failing = _Reused.make(hw, nan_at=3, fail_at=5)
+    failing.add_callback(guard)
+    with pytest.raises(RuntimeError, match="the data loader died") as info:
+        failing.fit(10)
+    assert any("NanGuard: before this error, event 'post-loss' returned nan at step 3" in note
+               for note in info.value.__notes__)
+    clean = _Reused.make(hw)
+    clean.add_callback(guard)
+    clean.fit(10)  # the NaN of the failed run is not raised here
+
+
+def test_a_checkpoint_is_not_written_after_a_nan_the_guard_has_not_decided_yet(hw, ht, tmp_path):
+    loop = _Reused.make(hw, nan_at=3)
+    loop.add_callback(ht.NanGuard())  # deferred: would decide at check 20
+    loop.add_callback(ht.Checkpoint(tmp_path / "ckpt", every_n_steps=5, optimizer=None))
+    with pytest.raises(ht.NonFiniteError, match="returned nan at step 3"):
+        loop.fit(30)
+    assert not list((tmp_path / "ckpt").glob("*.pt"))  # stopped before the first write
+
+
+def test_a_copy_of_a_callback_holds_what_was_queued(hw, ht):
+    import copy
+    import pickle
+
+    loop = _Reused.make(hw, nan_at=2)
+    guard = ht.NanGuard()
+    loop.add_callback(guard)
+    for _ in range(3):
+        loop.step()
+    restored = pickle.loads(pickle.dumps(guard))
+    with pytest.raises(ht.NonFiniteError, match="returned nan at step 2"):
+        restored.check_pending()
+    copied = copy.deepcopy(guard)
+    with pytest.raises(ht.NonFiniteError, match="returned nan at step 2"):
+        copied.check_pending()

@@ -15,6 +15,7 @@ from ..options import process_rank
 from ._attach import DefaultEvent, from_object, is_rank_zero, per_join_point, reader, whole_number
 from ._best import MonitoredCallback
 from .distributed import any_rank, is_distributed, ranks_where
+from .readback import settle
 
 __all__ = ["BestCheckpoint", "Checkpoint", "rng_state", "set_rng_state"]
 
@@ -462,6 +463,9 @@ class Checkpoint(MonitoredCallback):
 
         import torch
 
+        # A NanGuard deciding late (no host sync per step) decides now: a run that
+        # went non-finite stops here instead of saving NaN weights as `last`.
+        settle()
         names = sorted(self._pending)
         self._pending.clear()
         evicted, self._evicted = self._evicted, []

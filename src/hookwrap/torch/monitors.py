@@ -69,6 +69,10 @@ class GradNorm(CountingCallback):
         super().load_state_dict(state)
         self.calls = state["calls"]
 
+    def __getstate__(self) -> dict[str, Any]:
+        shared().read(wait=True)  # what is queued is delivered to this object, not a copy
+        return self.__dict__.copy()
+
 
 def total_norm(tensors: list[Any], norm_type: float) -> Any:
     """The ``norm_type`` norm of all ``tensors`` together, a 0-dim tensor:

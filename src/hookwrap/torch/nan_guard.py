@@ -10,7 +10,7 @@ from typing import Any, Callable
 from ..errors import CallbackSignatureError
 from ._attach import CountingCallback, DefaultEvent, per_join_point, reader, whole_number
 from .distributed import is_distributed, per_rank, ranks_where
-from .readback import shared
+from .readback import defers_decisions, shared
 
 __all__ = ["NanGuard", "NonFiniteError"]
 
@@ -103,10 +103,12 @@ class NanGuard(CountingCallback):
             pairs.append((f"post-{name}", per_join_point(self, f"check[{name}]", choose)))
         self._steps_counted = self.wants(target, self.step_event)
         if not self.sync:
+            defers_decisions(self)  # a checkpoint written asks it first (readback.settle)
             if self.wants(target, self.epoch_event):
                 pairs.append((f"post-{self.epoch_event}", reader(self.end_of_epoch, "post-")))
             if self.wants(target, self.fit_event):
                 pairs.append((f"post-{self.fit_event}", reader(self.end_of_fit, "post-")))
+                pairs.append((f"error-{self.fit_event}", reader(self.failed_fit, "error-", "exception")))
         return pairs
 
     def _choose(self, event: str, spec: Any) -> Any:
@@ -140,6 +142,25 @@ class NanGuard(CountingCallback):
 
     def end_of_fit(self, obj: Any) -> None:
         self._read_back(wait=True)
+
+    def failed_fit(self, obj: Any, exception: BaseException) -> None:
+        """``fit`` raised: nothing it queued is carried into the next fit. A value read
+        back non-finite is noted on the error (on this rank; no collective here, as
+        the other ranks may not be failing)."""
+        try:
+            shared().read(wait=True)
+        except Exception:  # noqa: BLE001 - the device may be what failed: keep its error
+            pass
+        first, self._first = self._first, None
+        self._since, self._due = 0, False
+        if first is not None:
+            _, what, value, path, step, of = first
+            when = f"at step {step}" if step else "before any step was counted"
+            exception.add_note(f"NanGuard: before this error, {what} {value}{path} {when}{of}.")
+
+    def __getstate__(self) -> dict[str, Any]:
+        shared().read(wait=True)  # what is queued is delivered to this object, not a copy
+        return self.__dict__.copy()
 
     def check_pending(self) -> None:
         """Read back the checks queued so far (waiting for the device) and raise

@@ -128,3 +128,7 @@ class ProgressBar(ShippedCallback):
             if self.loss is not None:
                 bar.set_postfix(self._with_loss(), refresh=False)
             bar.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        shared().read(wait=True)  # what is queued is delivered to this object, not a copy
+        return self.__dict__.copy()

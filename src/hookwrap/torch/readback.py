@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 from collections import deque
 from collections.abc import Iterator
 from typing import Any, Callable
 
-__all__ = ["HostReads", "ReadBack", "count_host_reads", "shared"]
+__all__ = ["HostReads", "ReadBack", "count_host_reads", "defers_decisions", "settle", "shared"]
 
 Deliver = Callable[[list[float]], None]
 
@@ -55,7 +56,9 @@ class ReadBack:
 
     def put(self, tensor: Any, deliver: Deliver) -> None:
         """Queue ``tensor`` to be read; ``deliver(values)`` gets its elements."""
-        detached = tensor.detach()  # flattened when read: the per-step work stays small
+        # A copy on the device (no sync): the caller's tensor may be changed in place
+        # before the read (a loss written into a reused buffer, a CUDA graph's output).
+        detached = tensor.detach().clone()  # flattened when read: the per-step work stays small
         with self._lock:
             self._queued.append((detached, deliver))
             full = len(self._queued) >= self.max_queued
@@ -125,6 +128,25 @@ def _hand_out(values: list[float], sizes: list[tuple[int, Deliver]]) -> None:
 
 
 _SHARED = ReadBack()
+# Callbacks that defer a decision to a read-back point (NanGuard): settle() asks
+# them to take it now. Weak: a callback nothing else holds is not kept for this.
+_DECIDERS: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def defers_decisions(callback: Any) -> None:
+    """Register ``callback``, whose ``check_pending()`` takes the decisions it has
+    deferred (and raises to stop the run), to be asked by :func:`settle`."""
+    _DECIDERS.add(callback)
+
+
+def settle() -> None:
+    """Before an act that cannot be undone (a checkpoint written): read back what is
+    queued and let every callback that defers a decision take it now, so a run that
+    went non-finite stops before its weights are saved. Under torch.distributed a
+    collective: call it on every rank at the same point."""
+    shared().read(wait=True)
+    for callback in list(_DECIDERS):
+        callback.check_pending()
 
 
 def shared() -> ReadBack:
