@@ -448,3 +448,39 @@ def test_the_example_trainer_resumes_exactly_with_its_dataloader_generator(hw, h
         bad.checkpoint.resume(bad)
     with pytest.raises(hw.HookError, match=r"generators must be a list of torch.Generator"):
         ht.Checkpoint(tmp_path, generators=[1])
+
+
+def test_best_resumes_in_a_new_process_from_what_last_recorded(hw, ht, tmp_path):
+    scores = [0.5, 0.9, 0.6]
+    loop = make_loop(hw, ht, scores, dir=tmp_path, monitor="val_acc", mode="max", save_top_k=2)
+    loop.fit(len(scores))
+    fresh = make_loop(hw, ht, scores, dir=tmp_path, monitor="val_acc", mode="max", save_top_k=2)
+    assert fresh.checkpoint.top_k == []  # a new process knows no top-k yet
+    assert fresh.checkpoint.resume(fresh, "best")["step"] == 4  # evaluation 2, read from last.pt
+    assert torch.equal(fresh.model.weight, loop.weights_at[2])
+
+
+def test_a_run_resumes_from_another_folder_or_the_same_one_spelt_otherwise(hw, ht, tmp_path, monkeypatch):
+    scores = [0.5, 0.9, 0.6]
+    loop = make_loop(hw, ht, scores, dir=tmp_path / "run1")
+    loop.fit(len(scores))
+    moved = make_loop(hw, ht, scores, dir=tmp_path / "run2")
+    assert moved.checkpoint.resume(moved, tmp_path / "run1" / "last.pt")["step"] == 6
+    assert moved.checkpoint.step == 6 and torch.equal(moved.model.weight, loop.model.weight)
+    monkeypatch.chdir(tmp_path)
+    relative = make_loop(hw, ht, scores, dir="run1")
+    assert relative.checkpoint.state_key == loop.checkpoint.state_key
+    assert relative.checkpoint.resume(relative)["step"] == 6
+
+
+def test_a_resume_that_cannot_load_changes_nothing(hw, ht, tmp_path):
+    scores = [0.5, 0.9]
+    loop = make_loop(hw, ht, scores, dir=tmp_path)
+    loop.fit(len(scores))
+    other = make_loop(hw, ht, scores, dir=tmp_path)
+    other.model = torch.nn.Linear(3, 1)  # another model: its weights cannot load
+    before = other.model.weight.detach().clone()
+    with pytest.raises(hw.HookError, match=r"holds weights of another model \(other shapes for weight\); "
+                                           r"nothing was restored"):
+        other.checkpoint.resume(other)
+    assert torch.equal(other.model.weight, before) and other.checkpoint.step == 0

@@ -268,7 +268,7 @@ class Checkpoint(MonitoredCallback):
 
     @property
     def state_key(self) -> str:
-        return f"Checkpoint[{self.dir}]"
+        return f"Checkpoint[{os.path.abspath(self.dir)}]"  # one spelling of the folder
 
     @property
     def last_path(self) -> Path:
@@ -503,10 +503,33 @@ class Checkpoint(MonitoredCallback):
         if str(path) == "last":
             return self.last_path
         if str(path) == "best":
-            if not self.top_k:
+            top_k = self.top_k or self._saved_top_k()
+            if not top_k:
                 return None
-            return self.dir / self.top_k[0][2]
+            return self.dir / top_k[0][2]
         return Path(path)
+
+    def _saved_top_k(self) -> list[Any]:
+        """The top-k ``last.pt`` recorded (a new process knows none yet)."""
+        import torch
+
+        if not self.last_path.is_file():
+            return []
+        callbacks = self._own_state(torch.load(self.last_path, map_location="cpu", weights_only=True)["callbacks"])
+        return list(callbacks.get(self.state_key, {}).get("top_k", []))
+
+    def _own_state(self, callbacks: dict[str, Any]) -> dict[str, Any]:
+        """``callbacks`` with this checkpoint's saved state under its own key: a run
+        resumed from another folder (or the same one spelt otherwise) saved it under
+        that folder's."""
+        if self.state_key in callbacks:
+            return callbacks
+        saved = [key for key in callbacks if key.startswith("Checkpoint[")]
+        if len(saved) != 1:
+            return callbacks
+        renamed = dict(callbacks)
+        renamed[self.state_key] = renamed.pop(saved[0])
+        return renamed
 
     @overload
     def resume(self, obj: Any, path: str | os.PathLike[str] = "last", *, model: Any = ...,
@@ -558,16 +581,26 @@ class Checkpoint(MonitoredCallback):
             raise HookError(f"{self.where}: {str(file)!r} holds the state of {len(saved_generators)} "
                             f"generator(s), and generators= names {len(self.generators)}. Pass the same "
                             f"generators as when it was saved.")
-        found["model"].load_state_dict(state["model"])
+        # What can fail is checked before anything is loaded: a resume that fails
+        # leaves the model, the optimizer and the callbacks as they were.
         for what in ("optimizer", "scheduler"):
-            if found[what] is not None:
-                if what not in state:
-                    raise HookError(f"{self.where}: {str(file)!r} holds no {what} state to restore; "
-                                    f"pass {what}=None to restore without it.")
-                found[what].load_state_dict(state[what])
+            if found[what] is not None and what not in state:
+                raise HookError(f"{self.where}: {str(file)!r} holds no {what} state to restore; "
+                                f"pass {what}=None to restore without it.")
+        _check_fits(found["model"], state["model"], f"{self.where}: {str(file)!r}")
         target = obj if obj is not None else self._target
-        if target is not None:
-            _load_callback_state(target, state["callbacks"], strict)
+        before = _callback_state(target) if target is not None else None
+        if target is not None:  # all or nothing (load_callback_state)
+            _load_callback_state(target, self._own_state(state["callbacks"]), strict)
+        try:
+            for what in ("optimizer", "scheduler"):
+                if found[what] is not None:
+                    found[what].load_state_dict(state[what])
+        except Exception:
+            if target is not None and before is not None:
+                _load_callback_state(target, before, strict=False)
+            raise
+        found["model"].load_state_dict(state["model"])
         self.step, self.epoch = int(state["step"]), int(state["epoch"])
         set_rng_state(rng)
         for generator, generator_state in zip(self.generators, saved_generators):
@@ -575,6 +608,21 @@ class Checkpoint(MonitoredCallback):
         self._pending.clear()
         self._evicted.clear()
         return state
+
+
+def _check_fits(model: Any, saved: Any, where: str) -> None:
+    """Refuse weights ``model`` cannot load (other names or shapes) before any is copied
+    (``load_state_dict`` copies the ones that fit, then raises)."""
+    own = model.state_dict()
+    missing, unexpected = sorted(set(own) - set(saved)), sorted(set(saved) - set(own))
+    shapes = sorted(name for name in set(own) & set(saved)
+                    if tuple(getattr(own[name], "shape", ())) != tuple(getattr(saved[name], "shape", ())))
+    if missing or unexpected or shapes:
+        said = [f"missing {', '.join(missing[:5])}" if missing else "",
+                f"unexpected {', '.join(unexpected[:5])}" if unexpected else "",
+                f"other shapes for {', '.join(shapes[:5])}" if shapes else ""]
+        raise HookError(f"{where} holds weights of another model ({'; '.join(s for s in said if s)}); "
+                        f"nothing was restored. Resume into the model it was saved from.")
 
 
 def _functions(module: Any) -> list[Any]:
