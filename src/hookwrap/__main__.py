@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_script(args.script, args.args, args.preset, args.weave, args.callback)
     if args.command == "demo":
         return _demo(demo, args)
-    from .bench import main as bench_main
+    from ._bench import main as bench_main
 
     return bench_main(number=args.number, both=not args.current_only, step=args.step)
 
