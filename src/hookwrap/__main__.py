@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
     args = parser.parse_args(argv)
     if args.command == "run":
-        from .script_runner import run as run_script
+        from ._script_runner import run as run_script
 
         return run_script(args.script, args.args, args.preset, args.weave, args.callback)
     if args.command == "demo":
