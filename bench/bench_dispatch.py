@@ -12,8 +12,8 @@ import importlib
 
 import pytest
 
-from hookwrap.bench import KS, REGISTRATION_CYCLE
-from hookwrap.bench_others import SYSTEMS, absent, other_scenarios
+from hookwrap._bench import KS, REGISTRATION_CYCLE
+from hookwrap._bench.others import SYSTEMS, absent, other_scenarios
 
 NAMES = (
     ["bare method", "bare function", "functools.wraps closure", "wrapt.decorator pass-through",
@@ -30,7 +30,7 @@ NAMES = (
 
 @pytest.fixture(scope="module")
 def calls(hw_module):
-    bench = importlib.import_module("hookwrap.bench")
+    bench = importlib.import_module("hookwrap._bench")
     scenarios = bench.scenarios(hw_module)
     return {name: bench.as_callable(scenario) for name, scenario in scenarios.items()}
 
@@ -45,7 +45,7 @@ def bench_dispatch(benchmark, calls, name):
 
 @pytest.fixture(scope="module")
 def other_calls(hw_module):
-    bench = importlib.import_module("hookwrap.bench")
+    bench = importlib.import_module("hookwrap._bench")
     return {name: bench.as_callable(scenario)
             for name, scenario in other_scenarios(hw_module, KS).items()}
 

@@ -3,15 +3,28 @@ speed goals live in bench/, and these machines are noisy)."""
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 import subprocess
 import sys
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 
+# Developer harnesses (callgrind): in the repository, not in the installed package.
+TOOLS = Path(__file__).resolve().parent.parent / "tools"
+
+
+def _tool(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"_tools_{name}", TOOLS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 def test_ratio_table_has_every_scenario_and_the_slopes(hw):
-    bench = importlib.import_module("hookwrap.bench")
+    bench = importlib.import_module("hookwrap._bench")
     results = bench.measure(hw, number=20, repeat=1)
     assert set(results) == set(bench.scenarios(hw)) | {"unit"}
     assert results["unit"] > 0 and all(r > 0 for r in results.values())
@@ -22,7 +35,7 @@ def test_ratio_table_has_every_scenario_and_the_slopes(hw):
 
 
 def test_every_scenario_really_calls_through_the_hooks(hw):
-    bench = importlib.import_module("hookwrap.bench")
+    bench = importlib.import_module("hookwrap._bench")
     scenarios = bench.scenarios(hw)
     for name, scenario in scenarios.items():
         expected = None if "emit" in name else [1, 2, 3]  # emit returns nothing
@@ -47,13 +60,13 @@ def test_step_report_needs_torch_or_says_so():
                              capture_output=True, text=True)
         assert out.returncode == 2 and "needs torch" in out.stderr
         return
-    step = importlib.import_module("hookwrap.bench_step")
+    step = importlib.import_module("hookwrap._bench.step")
     text = step.report(number=5)
     assert "8 join points x 2 callbacks" in text and "overhead / step" in text
 
 
 def test_step_loop_fires_every_callback(hw):
-    step = importlib.import_module("hookwrap.bench_step")
+    step = importlib.import_module("hookwrap._bench.step")
     cls = step._hooked_class(hw)
     calls = []
     for event in step.EVENTS:
@@ -69,21 +82,21 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # torch's NumPy 
 
 
 def test_instruction_scenarios_call_through_the_hooks():
-    """Each scenario hookwrap.bench_instructions counts under callgrind returns the
+    """Each scenario tools/bench_instructions.py counts under callgrind returns the
     batch and runs its callbacks (each in a process of its own: one registers
     a global callback). Counting itself needs valgrind and minutes: not here."""
-    instructions = importlib.import_module("hookwrap.bench_instructions")
+    instructions = _tool("bench_instructions")
     assert len({name for name, _ in instructions.ROWS}) == len(instructions.ROWS)
     for name, base in instructions.ROWS:
         assert base is None or base in dict(instructions.ROWS), name
-        subprocess.run([sys.executable, "-m", "hookwrap.bench_instructions", "--check", name],
+        subprocess.run([sys.executable, str(TOOLS / "bench_instructions.py"), "--check", name],
                        check=True, capture_output=True, text=True)
     with pytest.raises(KeyError):
         instructions.setup("no such scenario")
 
 
 def test_step_loops_counted_by_callgrind_run_and_unknown_ones_fail():
-    """bench/callgrind_step.sh runs these loops under callgrind; each runs here
+    """tools/callgrind_step.sh runs these loops (tools/bench_step.py) under callgrind; each runs here
     (the no-op ones without torch), and a misspelt one is refused by name."""
     kinds = ["plain-noop", "hooked-noop", "hand-noop"]
     try:
@@ -92,8 +105,8 @@ def test_step_loops_counted_by_callgrind_run_and_unknown_ones_fail():
     except ImportError:
         pass
     for kind in kinds:
-        subprocess.run([sys.executable, "-m", "hookwrap.bench_step", kind, "2"],
+        subprocess.run([sys.executable, str(TOOLS / "bench_step.py"), kind, "2"],
                        check=True, capture_output=True, text=True)
-    out = subprocess.run([sys.executable, "-m", "hookwrap.bench_step", "hooked-nop", "2"],
+    out = subprocess.run([sys.executable, str(TOOLS / "bench_step.py"), "hooked-nop", "2"],
                          capture_output=True, text=True)
     assert out.returncode == 1 and "unknown loop 'hooked-nop'" in out.stderr

@@ -27,7 +27,7 @@ WEAVES = ["epoch=__main__:train", "evaluate=__main__:test", "loss=torch.nn.funct
 
 
 def _runner(hw: Any) -> Any:
-    return importlib.import_module("hookwrap.script_runner")
+    return importlib.import_module("hookwrap._script_runner")
 
 
 def _hookwrap_run(hw: Any, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -71,13 +71,13 @@ def test_join_points_keep_their_signature_and_gain_the_verbs(tmp_path):
     revealed = re.findall(r'Revealed type is "(.*)"', text)
     assert revealed == [
         "def (batch: builtins.list[builtins.int], scale: builtins.float =) -> builtins.float",
-        "hookwrap.hookable.HookableCallable[[model: builtins.str, batch: builtins.int], builtins.str]",
+        "hookwrap._hookable.HookableCallable[[model: builtins.str, batch: builtins.int], builtins.str]",
         "def (model: builtins.str, batch: builtins.int) -> builtins.str",
         "builtins.int",
         "builtins.int",
     ] or revealed == [
         "def (batch: list[int], scale: float =) -> float",
-        "hookwrap.hookable.HookableCallable[[model: str, batch: int], str]",
+        "hookwrap._hookable.HookableCallable[[model: str, batch: int], str]",
         "def (model: str, batch: int) -> str",
         "int",
         "int",

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from ._dispatch import USING_EXTENSION
-from .api import after
-from .api import around
-from .api import before
-from .api import on
-from .api import on_error
-from .callback import Callback
-from .callback import add_callback
-from .callback import register_global_callback
-from .describe import Description
-from .describe import describe
-from .emit import emit
+from ._api import after
+from ._api import around
+from ._api import before
+from ._api import on
+from ._api import on_error
+from ._callback import Callback
+from ._callback import add_callback
+from ._callback import register_global_callback
+from ._describe import Description
+from ._describe import describe
+from ._emit import emit
 from .errors import CallbackPicklingError
 from .errors import CallbackReturnError
 from .errors import CallbackSignatureError
@@ -21,16 +21,16 @@ from .errors import HookError
 from .errors import HookwrapWarning
 from .errors import StopTraining
 from .errors import UnknownEventError
-from .hookable import HookableCallable
-from .hookable import HookableClassCallable
-from .hookable import hookable
-from .mixin import CallbackMixin
-from .mixin import Hookable
+from ._hookable import HookableCallable
+from ._hookable import HookableClassCallable
+from ._hookable import hookable
+from ._mixin import CallbackMixin
+from ._mixin import Hookable
 from ._registration import Handle
-from .state import callback_state
-from .state import load_callback_state
-from .weave import WeaveHandle
-from .weave import weave
+from ._state import callback_state
+from ._state import load_callback_state
+from ._weave import WeaveHandle
+from ._weave import weave
 
 __all__ = [
     "Callback",

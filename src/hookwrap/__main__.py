@@ -47,12 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
     args = parser.parse_args(argv)
     if args.command == "run":
-        from .script_runner import run as run_script
+        from ._script_runner import run as run_script
 
         return run_script(args.script, args.args, args.preset, args.weave, args.callback)
     if args.command == "demo":
         return _demo(demo, args)
-    from .bench import main as bench_main
+    from ._bench import main as bench_main
 
     return bench_main(number=args.number, both=not args.current_only, step=args.step)
 

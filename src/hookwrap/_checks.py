@@ -14,9 +14,9 @@ from ._dispatch import AROUND, ERROR, POST, PRE
 from ._joinpoints import declared_custom_events, find_join_point, fires, known_events, spec_of
 from .errors import CallbackSignatureError, HookError, UnknownEventError, closest, safe_repr
 from ._reader import for_join_point
-from .events import CUSTOM, parse_event
-from .options import Registration
-from .signature import JoinPointSpec, callable_label, callback_parameters, plan_step
+from ._events import CUSTOM, parse_event
+from ._options import Registration
+from ._signature import JoinPointSpec, callable_label, callback_parameters, plan_step
 
 __all__ = [
     "PHASE_CODES",

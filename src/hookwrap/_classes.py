@@ -13,7 +13,7 @@ from ._joinpoints import join_points, name_join_point
 from ._owners import class_record, lock
 from ._tiers import ClassCallbacksAttribute, callback_methods, check_class_tier
 from .errors import HookError
-from .hookable import make_join_point
+from ._hookable import make_join_point
 
 __all__ = ["ClassCallbacksAttribute", "declared_callbacks", "prepare_class"]
 

@@ -2,7 +2,7 @@
 
 Both modules export the same names with the same behaviour; ``_dispatch`` picks
 one. Everything here runs on every call of a join point, so it only follows
-plans built at registration (``signature.py``, ``_chains.py``): no
+plans built at registration (``_signature.py``, ``_chains.py``): no
 ``inspect``, no sorting, no string formatting unless an error is being raised.
 Keep the two files in step: the test suite runs against both.
 """

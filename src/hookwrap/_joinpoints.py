@@ -9,8 +9,8 @@ from typing import Any
 from ._dispatch import FUNCTION, METHOD, JoinPoint, join_point_of
 from ._owners import changed_function, class_record, lock
 from .errors import HookError, UnknownEventError, closest
-from .events import PHASES, normalize
-from .signature import JoinPointSpec
+from ._events import PHASES, normalize
+from ._signature import JoinPointSpec
 
 __all__ = [
     "all_join_points",

@@ -28,7 +28,7 @@ from typing import Any, Iterator
 
 from ._dispatch import RECORD_ATTR, STATE_KEY
 from .errors import HookError
-from .events import normalize
+from ._events import normalize
 
 __all__ = [
     "GLOBAL",

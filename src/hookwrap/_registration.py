@@ -14,9 +14,9 @@ from ._owners import (GLOBAL, changed_class, changed_function, changed_global, c
                       is_builtin_type, lock)
 from ._tiers import instance_state, refuse_late_class_changes
 from .errors import HookError, UnknownEventError, closest, safe_repr
-from .events import CUSTOM, PHASES, normalize, parse_event
-from .options import Registration, make_options, order_entries
-from .signature import callable_label
+from ._events import CUSTOM, PHASES, normalize, parse_event
+from ._options import Registration, make_options, order_entries
+from ._signature import callable_label
 
 __all__ = ["Handle", "Removable", "register", "register_entries", "register_global"]
 

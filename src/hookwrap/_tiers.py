@@ -35,9 +35,9 @@ from ._owners import (
     traced_ones,
 )
 from .errors import CallbackPicklingError, HookError
-from .events import CUSTOM, callback_method_event, normalize
-from .options import Options, Registration, order_entries
-from .signature import callable_label
+from ._events import CUSTOM, callback_method_event, normalize
+from ._options import Options, Registration, order_entries
+from ._signature import callable_label
 
 __all__ = [
     "ClassCallbacksAttribute",

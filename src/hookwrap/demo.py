@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from . import USING_EXTENSION
-from .describe import describe
+from ._describe import describe
 
 NEEDS = ("hookwrap demo needs PyTorch and tqdm: "
          "python -m pip install \"hookwrap[torch]\" torch==2.13.0")

@@ -36,7 +36,7 @@ from typing import Any, Callable
 from .._dispatch import join_point_of
 from .._registration import Removable
 from ..errors import HookError, StopTraining
-from ..weave import weave
+from .._weave import weave
 
 __all__ = ["PresetHandle", "current_run", "routed", "running", "stage", "stop_while_running", "target_class"]
 

@@ -32,7 +32,7 @@ from typing import Any
 from .._dispatch import join_point_of
 from .._registration import Removable
 from ..errors import HookError
-from ..weave import WeaveHandle, weave
+from .._weave import WeaveHandle, weave
 
 __all__ = ["OptimizerWeave", "weave_optimizers"]
 

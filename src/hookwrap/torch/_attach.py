@@ -13,13 +13,13 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Callable, NamedTuple
 
-from ..callback import Callback
+from .._callback import Callback
 from ..errors import CallbackSignatureError, HookError, UnknownEventError, closest
-from ..events import normalize
+from .._events import normalize
 from .._joinpoints import all_join_points, find_join_point, spec_of, target_join_points
-from ..options import process_rank
+from .._options import process_rank
 from .._reader import per_join_point, reader
-from ..signature import JoinPointSpec
+from .._signature import JoinPointSpec
 
 __all__ = ["CountingCallback", "DefaultEvent", "ShippedCallback", "Source", "from_object", "is_rank_zero",
            "per_join_point", "reader", "to_float", "whole_number"]

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, overload
 
 from ..errors import HookError
-from ..options import process_rank
+from .._options import process_rank
 from ._attach import DefaultEvent, from_object, is_rank_zero, per_join_point, reader, whole_number
 from ._best import MonitoredCallback
 from .distributed import any_rank, is_distributed, ranks_where
@@ -634,7 +634,7 @@ def _functions(module: Any) -> list[Any]:
 def _callback_state(target: Any) -> dict[str, Any]:
     """``hookwrap.callback_state`` of an object or hookable function; of a module,
     that of its hookable functions together."""
-    from ..state import callback_state
+    from .._state import callback_state
 
     if not isinstance(target, types.ModuleType):
         return callback_state(target)
@@ -645,7 +645,7 @@ def _callback_state(target: Any) -> dict[str, Any]:
 
 
 def _load_callback_state(target: Any, state: dict[str, Any], strict: bool) -> None:
-    from ..state import load_callback_state, stateful_callbacks
+    from .._state import load_callback_state, stateful_callbacks
 
     if not isinstance(target, types.ModuleType):
         load_callback_state(target, state, strict=strict)

@@ -11,8 +11,8 @@ from ._joinpoints import declared_custom_events, find_join_point, join_points, s
 from ._checks import fitting_step
 from ._tiers import GLOBAL_TIER, Entry, can_hold_state, entries_for, instance_state
 from .errors import HookError, UnknownEventError
-from .events import CUSTOM, PHASES, normalize
-from .signature import callable_label
+from ._events import CUSTOM, PHASES, normalize
+from ._signature import callable_label
 
 __all__ = ["Description", "describe"]
 

@@ -14,8 +14,8 @@ from ._dispatch import MAX_CALL_SHAPES, EmitEvent, EmitStep, emit_runner, emitte
 from ._owners import class_record, lock
 from ._tiers import can_hold_state, entries_for, instance_state
 from .errors import HookError, safe_repr
-from .events import CUSTOM
-from .signature import callable_label, callback_parameters
+from ._events import CUSTOM
+from ._signature import callable_label, callback_parameters
 
 __all__ = ["emit"]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .describe import describe
+from ._describe import describe
 from .errors import HookError
 
 __all__ = ["callback_state", "load_callback_state", "stateful_callbacks"]

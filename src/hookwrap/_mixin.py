@@ -9,11 +9,11 @@ from ._classes import ClassCallbacksAttribute, declared_callbacks, prepare_class
 from ._dispatch import STATE_KEY
 from ._registration import Handle, register
 from ._tiers import instance_state
-from .callback import Callback, add_callback
-from .emit import emit
+from ._callback import Callback, add_callback
+from ._emit import emit
 from .errors import HookError
-from .events import CUSTOM
-from .hookable import hookable
+from ._events import CUSTOM
+from ._hookable import hookable
 
 __all__ = ["CallbackMixin", "Hookable"]
 

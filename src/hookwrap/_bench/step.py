@@ -234,27 +234,3 @@ def report(number: int = 2000) -> str:
         f"   (beyond calling the 16 callbacks by hand)",
         f"  direct A/B of two real steps   {r['ab_share'] * 100:9.2f} %   (within timing noise)",
     ])
-
-
-def run_steps(kind: str, n: int) -> None:
-    """Run ``n`` steps (after 20 warm-up steps) of the loop ``kind``: plain,
-    hooked or hand (the callbacks called by hand), with real torch bodies, or
-    with no-op bodies as ``plain-noop``, ``hooked-noop``, ``hand-noop``: what
-    ``bench/callgrind_step.sh`` counts instructions of."""
-    import hookwrap as hw
-
-    loop, _, bodies = kind.partition("-")
-    classes = {"plain": _Bodies, "hand": _HandWritten, "hooked": None}
-    if loop not in classes or bodies not in ("", "noop"):
-        raise SystemExit(f"bench_step: unknown loop {kind!r}; expected plain, hooked or hand, "
-                         f"each optionally with -noop")
-    ops = _NoOps() if bodies else _TorchOps()
-    obj = (classes[loop] or _hooked_class(hw))(ops)
-    for _ in range(20 + n):
-        obj.train_step(ops.batch)
-
-
-if __name__ == "__main__":
-    import sys
-
-    run_steps(sys.argv[1], int(sys.argv[2]))

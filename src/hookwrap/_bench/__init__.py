@@ -1,9 +1,12 @@
-"""Dispatch benchmarks: the scenarios, and ``python -m hookwrap bench``.
+"""``hookwrap bench``: the dispatch benchmark scenarios, and the command.
 
 Every number is a ratio to a bare ``obj.step(batch)`` call measured in the same
 process, because these machines are shared and noisy: absolute nanoseconds
 drift, ratios measured side by side hold. The same scenarios back the
-pytest-benchmark suite in ``bench/``.
+pytest-benchmark suite in ``bench/`` and the instruction counts of
+``tools/bench_instructions.py``. ``others`` times the same callbacks through
+other hook systems and ``step`` the share of a training step (``--step``): both
+are part of the command's report.
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ import sys
 import timeit
 from typing import Any, Callable
 
-from ._reader import reader
-from .bench_others import SYSTEMS, absent, other_scenarios
+from .._reader import reader
+from .others import SYSTEMS, absent, other_scenarios
 
 KS = (0, 1, 4, 16)
 
@@ -53,7 +56,7 @@ Scenario = tuple[str, dict[str, Any]]  # (statement, namespace) timed as written
 
 def model_class(hw: Any) -> Any:
     """The class the scenarios call: bare methods, the hand-written loops that
-    stand for hookwrap, and the join points (also used by bench_instructions)."""
+    stand for hookwrap, and the join points (also used by tools/bench_instructions.py)."""
 
     class Model(hw.Hookable):
         emits = ("on_batch",)
@@ -230,7 +233,7 @@ def _timer(scenario: Scenario) -> timeit.Timer:
 
 def measure(hw: Any, number: int = 20000, repeat: int = 7, others: bool = False) -> dict[str, float]:
     """Each scenario's cost as a ratio to a bare ``obj.step(batch)`` call (with
-    ``others``, also the other hook systems of ``bench_others``).
+    ``others``, also the other hook systems of ``others``).
 
     Each scenario is timed alternately with the bare call and divided by that
     adjacent bare timing (best of ``repeat`` each): drift of a shared machine moves
@@ -330,7 +333,7 @@ def run_one(number: int, step: bool = False) -> str:
     ratios = measure(hw, number=number, others=True)
     out = table(ratios, name) + "\n\n" + others_table(ratios)
     if step:
-        from .bench_step import report
+        from .step import report
 
         out += "\n\n" + report()
     return out
@@ -353,7 +356,7 @@ def main(number: int = 20000, both: bool = True, step: bool = False) -> int:
         return 0
     for flag in ("", "1"):
         env = dict(os.environ, HOOKWRAP_NO_EXTENSIONS=flag)
-        code = f"from hookwrap.bench import run_one; print(run_one({number}, {step}))"
+        code = f"from hookwrap._bench import run_one; print(run_one({number}, {step}))"
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
         if out.returncode:
             sys.stderr.write(out.stderr)

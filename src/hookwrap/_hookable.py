@@ -34,7 +34,7 @@ from ._dispatch import CLASSMETHOD, FUNCTION, JOIN_POINT_ATTR, JoinPoint, as_att
 from ._joinpoints import name_join_point, track_join_point
 from ._registration import Handle, register
 from .errors import HookError, safe_repr
-from .events import PHASES
+from ._events import PHASES
 
 __all__ = ["HookableCallable", "HookableClassCallable", "HookableWrapper", "hookable", "make_join_point"]
 

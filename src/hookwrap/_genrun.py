@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, AsyncGenerator, Callable, Generator
 
 from ._dispatch import call_around
-from .asyncrun import call_around_async, run_steps_async
+from ._asyncrun import call_around_async, run_steps_async
 from .errors import StopTraining
 
 __all__ = ["run_chain_async_generator", "run_chain_generator"]

@@ -5,8 +5,9 @@ do not. Each scenario runs in its own process under ``valgrind --tool=callgrind`
 twice, for N1 and N2 calls; the difference per call cancels start-up and imports
 (a fixed PYTHONHASHSEED keeps start-up identical). Every hookwrap scenario has a
 hand-written twin calling the same callables, so a ratio compares only what
-hookwrap adds. Run ``python -m hookwrap.bench_instructions`` (``--pure`` for the
-pure twin); it needs valgrind and takes a few minutes.
+hookwrap adds. Run ``python tools/bench_instructions.py`` from a checkout with
+hookwrap installed (``--pure`` for the pure twin); it needs valgrind and takes a
+few minutes. A developer harness: it is not part of the installed package.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ def setup(name: str) -> tuple[str, dict[str, Any]]:
     """The statement making one call of scenario ``name``, and its namespace."""
     import hookwrap as hw
 
-    from ._reader import reader
-    from .bench import _around, _listen, _pre, _pre_free, model_class
+    from hookwrap._bench import _around, _listen, _pre, _pre_free, model_class
+    from hookwrap._reader import reader
 
     Model = model_class(hw)
 
@@ -203,7 +204,7 @@ def check(name: str) -> None:
 def count(name: str, n: int, env: dict[str, str]) -> int:
     out = subprocess.run(
         ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-         sys.executable, "-m", "hookwrap.bench_instructions", "--run", name, str(n)],
+         sys.executable, os.path.abspath(__file__), "--run", name, str(n)],
         capture_output=True, text=True, env=env, check=True)
     for line in out.stderr.splitlines():
         if "Collected" in line:
@@ -236,7 +237,7 @@ def main(argv: list[str]) -> int:
         check(argv[1])
         return 0
     if shutil.which("valgrind") is None:
-        print("hookwrap.bench_instructions needs valgrind (apt install valgrind)", file=sys.stderr)
+        print("tools/bench_instructions.py needs valgrind (apt install valgrind)", file=sys.stderr)
         return 2
     print(table(pure="--pure" in argv))
     return 0

@@ -199,7 +199,7 @@ class Runner:
         self._weave(target, module)
 
     def _weave(self, target: WeaveTarget, module: ModuleType) -> None:
-        from .weave import weave
+        from ._weave import weave
 
         container: Any = module
         where = target.module
@@ -230,7 +230,7 @@ class Runner:
     def _evaluate(self, expr: Any) -> Any:
         import hookwrap
 
-        from .callback import Callback
+        from ._callback import Callback
 
         def is_callback(value: Any) -> bool:  # what register_global_callback takes
             return isinstance(value, Callback) or (isinstance(value, tuple) and len(value) == 2)
@@ -272,7 +272,7 @@ class Runner:
         return value
 
     def _register_callbacks(self) -> None:
-        from .callback import register_global_callback
+        from ._callback import register_global_callback
 
         self._registered = True
         for expr, cb in zip(self.callback_exprs, self.callbacks):
@@ -358,7 +358,7 @@ def _inject(tree: ast.Module, positions: dict[str, int]) -> None:
         line = stmt.end_lineno or stmt.lineno
         for name in sorted(by_index[index], reverse=True):
             call = ast.parse(
-                f"__import__('hookwrap.script_runner', None, None, ['_defined'])._defined({name!r})"
+                f"__import__('hookwrap._script_runner', None, None, ['_defined'])._defined({name!r})"
             ).body[0]
             for node in ast.walk(call):
                 if hasattr(node, "lineno"):

@@ -1,7 +1,7 @@
 """The same k callbacks through other hook systems, for ratios side by side.
 
 Each system calls k functions that take the batch and give it back, as the
-hookwrap scenarios in ``bench`` do: pluggy (a hook with k plugins), blinker (a
+hookwrap scenarios of ``hookwrap._bench`` do: pluggy (a hook with k plugins), blinker (a
 signal with k receivers) and torch's ``nn.Module`` forward pre-hooks, with
 hookwrap on the same module's ``forward`` beside them (a module call costs far
 more than a method call, so it is compared with module calls). A system that is

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .events import CUSTOM
+from ._events import CUSTOM
 from ._registration import Handle, register
 
 __all__ = ["after", "around", "before", "on", "on_error"]

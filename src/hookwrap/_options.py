@@ -11,7 +11,7 @@ import threading
 from typing import Any, Callable, Sequence
 
 from .errors import HookError, add_note_once, closest, safe_repr
-from .events import CUSTOM, normalize, parse_event
+from ._events import CUSTOM, normalize, parse_event
 
 __all__ = ["Gate", "Options", "Registration", "make_options", "order_entries", "process_rank"]
 

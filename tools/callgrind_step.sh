@@ -10,12 +10,13 @@
 # cancels torch's import and start-up. A fixed PYTHONHASHSEED keeps the start-up
 # identical between runs. Takes several minutes.
 set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
 export PYTHONHASHSEED=0
 N1=${N1:-50}
 N2=${N2:-1050}
 count() {
     valgrind --tool=callgrind --callgrind-out-file=/dev/null \
-        python -m hookwrap.bench_step "$1" "$2" 2>&1 | awk '/Collected/ {print $4}'
+        python "$HERE/bench_step.py" "$1" "$2" 2>&1 | awk '/Collected/ {print $4}'
 }
 per_step() {  # instructions per step of loop $1, from N1 and N2 steps
     local a b

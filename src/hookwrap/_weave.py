@@ -28,9 +28,9 @@ from ._joinpoints import join_points, name_join_point
 from ._owners import changed_class, discard_class_record, is_builtin_type, with_subclasses
 from ._registration import Removable
 from .errors import HookError, HookwrapWarning, closest, safe_repr
-from .events import PHASES, normalize
+from ._events import PHASES, normalize
 from ._traced import drop_compiled_code
-from .hookable import make_join_point
+from ._hookable import make_join_point
 
 __all__ = ["WeaveHandle", "weave"]
 

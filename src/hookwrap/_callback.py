@@ -21,8 +21,8 @@ from ._dispatch import join_point_of
 from ._joinpoints import all_join_points, declared_custom_events, target_join_points
 from ._registration import Handle, register_entries, register_global
 from .errors import HookError, UnknownEventError, closest, safe_repr
-from .events import CUSTOM, PHASES, callback_object_event, normalize, parse_event
-from .options import Options, Registration, make_options
+from ._events import CUSTOM, PHASES, callback_object_event, normalize, parse_event
+from ._options import Options, Registration, make_options
 
 __all__ = ["Callback", "NotACallbackError", "add_callback", "callback_events", "register_global_callback"]
 

@@ -135,6 +135,6 @@ async def run_chain_async(chain: Any, func: Callable[..., Any], obj: Any,
         raise
 
 
-# For genrun's async generators: the steps of one phase, and around advice.
+# For _genrun's async generators: the steps of one phase, and around advice.
 run_steps_async = _run_steps
 call_around_async = _call_around
