@@ -5,8 +5,6 @@ act on rank 0 alone; a slow rank-0 callback deadlocks nobody; all shut down."""
 
 from __future__ import annotations
 
-import json
-import time
 
 import pytest
 
@@ -15,7 +13,8 @@ dist = pytest.importorskip("torch.distributed")
 if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("this torch has no gloo backend", allow_module_level=True)
 
-from tests import _distributed_worker  # noqa: E402
+from tests import _distributed_worker
+from tests._ranks import run_ranks
 
 WORLD = 2
 DEADLINE_S = 180
@@ -23,16 +22,8 @@ DEADLINE_S = 180
 
 def test_callbacks_on_every_rank_and_on_rank_zero_only(hw, tmp_path):
     flag = "" if hw.USING_EXTENSION else "1"
-    context = torch.multiprocessing.start_processes(
-        _distributed_worker.run, args=(WORLD, str(tmp_path / "init"), str(tmp_path), flag),
-        nprocs=WORLD, join=False, start_method="spawn")
-    deadline = time.monotonic() + DEADLINE_S
-    while not context.join(timeout=1):
-        if time.monotonic() > deadline:
-            for process in context.processes:
-                process.kill()
-            pytest.fail(f"the {WORLD} ranks did not finish within {DEADLINE_S} s (a deadlock?)")
-    results = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(WORLD)]
+    results = run_ranks(_distributed_worker.run, (WORLD, str(tmp_path / "init"), str(tmp_path), flag),
+                        WORLD, DEADLINE_S, tmp_path)
     assert all(r["compiled"] == hw.USING_EXTENSION for r in results)
     assert [r["counts"]["every rank"] for r in results] == [10, 10]
     assert [r["counts"]["rank zero only"] for r in results] == [10, 0]

@@ -8,8 +8,6 @@ catches anything else that hangs."""
 
 from __future__ import annotations
 
-import json
-import time
 
 import pytest
 
@@ -18,7 +16,8 @@ dist = pytest.importorskip("torch.distributed")
 if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("this torch has no gloo backend", allow_module_level=True)
 
-from tests import _distributed_decisions_worker as worker  # noqa: E402
+from tests import _distributed_decisions_worker as worker
+from tests._ranks import run_ranks
 
 WORLD = 2
 COLLECTIVE_TIMEOUT_S = 20.0  # a collective some rank never joins fails after this
@@ -27,20 +26,8 @@ DEADLINE_S = 90  # the whole run, spawning included
 
 def _run(hw, tmp_path, scenario):
     flag = "" if hw.USING_EXTENSION else "1"
-    context = torch.multiprocessing.start_processes(
-        worker.run, args=(WORLD, str(tmp_path / "init"), str(tmp_path), flag, scenario,
-                          COLLECTIVE_TIMEOUT_S),
-        nprocs=WORLD, join=False, start_method="spawn")
-    deadline = time.monotonic() + DEADLINE_S
-    try:
-        while not context.join(timeout=1):
-            if time.monotonic() > deadline:
-                pytest.fail(f"the {WORLD} ranks did not finish within {DEADLINE_S} s (a deadlock?)")
-    finally:
-        for process in context.processes:
-            if process.is_alive():
-                process.kill()
-    return [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(WORLD)]
+    return run_ranks(worker.run, (WORLD, str(tmp_path / "init"), str(tmp_path), flag, scenario,
+                                  COLLECTIVE_TIMEOUT_S), WORLD, DEADLINE_S, tmp_path)
 
 
 def test_early_stopping_stops_every_rank_at_the_same_evaluation(hw, tmp_path):

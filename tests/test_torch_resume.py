@@ -11,10 +11,8 @@ state) makes it differ, so the test would catch its loss."""
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import random
-import time
 from typing import Any
 
 import pytest
@@ -23,7 +21,8 @@ torch = pytest.importorskip("torch", reason="hookwrap.torch needs torch (the tor
 pytest.importorskip("numpy", reason="the resume loop draws from NumPy's RNG")
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # torch's NumPy notice
 
-from tests import _resume_worker as worker  # noqa: E402
+from tests import _resume_worker as worker
+from tests._ranks import run_ranks
 
 
 @pytest.fixture
@@ -309,19 +308,8 @@ def test_resume_under_two_ranks_reaches_the_same_weights_and_stop(hw, tmp_path):
         pytest.skip("this torch has no gloo backend")
     world, collective_timeout_s, deadline_s = 2, 20.0, 120
     flag = "" if hw.USING_EXTENSION else "1"
-    context = torch.multiprocessing.start_processes(
-        worker.run, args=(world, str(tmp_path / "init"), str(tmp_path), flag, 40, collective_timeout_s),
-        nprocs=world, join=False, start_method="spawn")
-    deadline = time.monotonic() + deadline_s
-    try:
-        while not context.join(timeout=1):
-            if time.monotonic() > deadline:
-                pytest.fail(f"the {world} ranks did not finish within {deadline_s} s (a deadlock?)")
-    finally:
-        for process in context.processes:
-            if process.is_alive():
-                process.kill()
-    results = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(world)]
+    results = run_ranks(worker.run, (world, str(tmp_path / "init"), str(tmp_path), flag, 40, collective_timeout_s),
+                        world, deadline_s, tmp_path)
     for r in results:
         assert r["straight"]["stopped"] is not None
         assert r["resumed"]["weights"] == r["straight"]["weights"]  # exact floats, through JSON

@@ -14,7 +14,7 @@ from ..errors import HookError
 from .._options import process_rank
 from ._attach import DefaultEvent, from_object, is_rank_zero, per_join_point, reader, whole_number
 from ._best import MonitoredCallback
-from .distributed import any_rank, is_distributed, ranks_where
+from .distributed import is_distributed, ranks_where, written_on_rank_zero
 from .readback import settle
 
 __all__ = ["BestCheckpoint", "Checkpoint", "rng_state", "set_rng_state"]
@@ -88,20 +88,10 @@ class BestCheckpoint(MonitoredCallback):
             self._release(self.event)
 
     def improved(self, obj: Any, value: float) -> None:
-        failed = True
-        try:
+        with written_on_rank_zero(self.where, f"the checkpoint at step {self.step}"):
             if is_rank_zero():
                 model, optimizer = self._held.get((self.event, "model")), self._held.get((self.event, "optimizer"))
                 self.save(obj, value, model, optimizer)
-            failed = False
-        finally:
-            # The barrier after the write, which also tells the others if it failed
-            # (rank 0 then raises its own error, every other rank this one).
-            if is_distributed() and any_rank(failed) and not failed:
-                raise HookError(
-                    f"{self.where}: rank 0 failed to write the checkpoint at step {self.step} "
-                    f"(its error says why); stopping every rank."
-                )
 
     def save(self, obj: Any, value: float, model: Any = None, optimizer: Any = None) -> None:
         """Write the checkpoint: ``model`` and ``optimizer`` given, else read from ``obj``."""
@@ -470,8 +460,7 @@ class Checkpoint(MonitoredCallback):
         self._pending.clear()
         evicted, self._evicted = self._evicted, []
         state = self.checkpoint(obj)  # a collective under torch.distributed: every rank
-        failed = True
-        try:
+        with written_on_rank_zero(self.where, f"{', '.join(names)} at step {self.step}"):
             if is_rank_zero():
                 buffer = io.BytesIO()
                 torch.save(state, buffer)
@@ -482,14 +471,6 @@ class Checkpoint(MonitoredCallback):
                     self.saved += 1
                 for name in evicted:
                     (self.dir / name).unlink(missing_ok=True)
-            failed = False
-        finally:
-            # The barrier after the write, which also tells the others if it failed.
-            if is_distributed() and any_rank(failed) and not failed:
-                raise HookError(
-                    f"{self.where}: rank 0 failed to write {', '.join(names)} at step {self.step} "
-                    f"(its error says why); stopping every rank."
-                )
 
     # --- resuming -----------------------------------------------------------------------
 

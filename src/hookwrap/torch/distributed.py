@@ -20,10 +20,12 @@ it, in the same order as the other collectives, or they wait for each other.
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["all_ranks_mean", "any_rank", "is_distributed", "per_rank", "ranks_where"]
+__all__ = ["all_ranks_mean", "any_rank", "is_distributed", "per_rank", "ranks_where", "written_on_rank_zero"]
 
 
 def _initialized() -> Any:
@@ -112,3 +114,21 @@ def all_ranks_mean(value: float) -> float:
     tensor = torch.tensor([float(value)], dtype=torch.float64, device=_device(dist))
     dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
     return float(tensor.item()) / int(dist.get_world_size())
+
+
+@contextlib.contextmanager
+def written_on_rank_zero(where: str, what: str) -> Iterator[None]:
+    """Around a write made on rank 0 (the block checks ``is_rank_zero()``): after it,
+    one all-reduce is the barrier that also tells every rank whether the write failed.
+    Rank 0 then raises its own error, every other rank a HookError naming ``what``.
+    Nothing when not distributed."""
+    from ..errors import HookError
+
+    failed = True
+    try:
+        yield
+        failed = False
+    finally:
+        if is_distributed() and any_rank(failed) and not failed:
+            raise HookError(f"{where}: rank 0 failed to write {what} (its error says why); "
+                            f"stopping every rank.")
