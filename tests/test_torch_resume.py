@@ -472,3 +472,13 @@ def test_a_resume_that_cannot_load_changes_nothing(hw, ht, tmp_path):
                                            r"nothing was restored"):
         other.checkpoint.resume(other)
     assert torch.equal(other.model.weight, before) and other.checkpoint.step == 0
+
+
+def test_resumed_from_an_earlier_file_top_k_names_only_files_on_disk(hw, ht, tmp_path):
+    scores = [0.5, 0.9, 0.6, 0.95]  # mode max, top 1: evaluation 2's file is evicted by 4's
+    loop = make_loop(hw, ht, scores, dir=tmp_path, monitor="val_acc", mode="max", every_n_epochs=1)
+    loop.fit(len(scores))
+    earlier = make_loop(hw, ht, scores, dir=tmp_path, monitor="val_acc", mode="max", every_n_epochs=1)
+    earlier.checkpoint.resume(earlier, tmp_path / "epoch=2.pt")  # its top-k named evaluation 2's file
+    assert all((tmp_path / name).is_file() for _, _, name in earlier.checkpoint.top_k)
+    assert earlier.checkpoint.top_k == []  # that file is gone: the next evaluation takes its place

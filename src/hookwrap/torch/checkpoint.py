@@ -588,6 +588,9 @@ class Checkpoint(MonitoredCallback):
             generator.set_state(generator_state.cpu())
         self._pending.clear()
         self._evicted.clear()
+        # Resumed from an earlier file, its top-k may name files the run it abandons
+        # evicted since: they are not the best kept any more.
+        self.top_k = [entry for entry in self.top_k if (self.dir / entry[2]).is_file()]
         return state
 
 
