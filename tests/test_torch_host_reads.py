@@ -391,3 +391,16 @@ def test_a_copy_of_a_callback_holds_what_was_queued(hw, ht):
     copied = copy.deepcopy(guard)
     with pytest.raises(ht.NonFiniteError, match="returned nan at step 2"):
         copied.check_pending()
+
+
+def test_a_checkpoint_asks_only_the_guards_of_its_own_object(hw, ht, tmp_path):
+    abandoned = _Reused.make(hw, nan_at=1)
+    guard = ht.NanGuard()
+    abandoned.add_callback(guard)
+    abandoned.step()  # a NaN queued, never decided: that loop was left mid-run
+    loop = _Reused.make(hw)
+    loop.add_callback(ht.Checkpoint(tmp_path / "ckpt", every_n_steps=2, optimizer=None))
+    loop.fit(4)  # not stopped by the other loop's guard
+    assert (tmp_path / "ckpt" / "step=4.pt").is_file()
+    with pytest.raises(ht.NonFiniteError, match="returned nan at step 1"):
+        guard.check_pending()

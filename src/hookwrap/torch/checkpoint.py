@@ -124,17 +124,7 @@ class BestCheckpoint(MonitoredCallback):
         the model's parameters; under torch.distributed on every rank."""
         import torch
 
-        exists = self.path.exists()
-        if is_distributed():  # every rank loads, or none: the same answer everywhere
-            seen = ranks_where(exists)
-            if len(seen) not in (0, torch.distributed.get_world_size()):
-                raise HookError(
-                    f"{self.where}: rank 0 wrote {str(self.path)!r} but only rank(s) "
-                    f"{', '.join(map(str, seen))} can read it. Put it on a filesystem every "
-                    f"rank shares."
-                )
-            exists = bool(seen)
-        if not exists:
+        if not _on_every_rank(self.path.exists(), self.path, self.where):
             return  # nothing improved yet: the model is as good as it gets
         if model is None:
             model = from_object(obj, self.model, "model", self.where)
@@ -144,6 +134,20 @@ class BestCheckpoint(MonitoredCallback):
             if optimizer is None:
                 optimizer = from_object(obj, self.optimizer, "optimizer", self.where)
             optimizer.load_state_dict(checkpoint["optimizer"])
+
+
+def _on_every_rank(exists: bool, file: Path | None, where: str) -> bool:
+    """Whether ``file`` exists; under torch.distributed the same answer on every rank
+    (every rank loads it, or none), one that only some ranks see being an error."""
+    if not is_distributed():
+        return exists
+    import torch.distributed as dist
+
+    seen = ranks_where(exists)
+    if len(seen) not in (0, dist.get_world_size()):
+        raise HookError(f"{where}: {str(file)!r} exists on rank(s) {', '.join(map(str, seen))} only. "
+                        f"Put it on a filesystem every rank shares.")
+    return bool(seen)
 
 
 def _device_of(model: Any) -> Any:
@@ -453,9 +457,9 @@ class Checkpoint(MonitoredCallback):
 
         import torch
 
-        # A NanGuard deciding late (no host sync per step) decides now: a run that
-        # went non-finite stops here instead of saving NaN weights as `last`.
-        settle()
+        # A NanGuard deciding late (no host sync per step) on this object's checks
+        # decides now: a run that went non-finite stops here, its NaN weights unsaved.
+        settle(obj)
         names = sorted(self._pending)
         self._pending.clear()
         evicted, self._evicted = self._evicted, []
@@ -536,16 +540,7 @@ class Checkpoint(MonitoredCallback):
         import torch
 
         file = self.resolve(path)
-        exists = file is not None and file.is_file()
-        if is_distributed():  # every rank loads, or none: the same answer everywhere
-            seen = ranks_where(exists)
-            if len(seen) not in (0, torch.distributed.get_world_size()):
-                raise HookError(
-                    f"{self.where}: {str(file)!r} exists on rank(s) {', '.join(map(str, seen))} "
-                    f"only. Put dir on a filesystem every rank shares."
-                )
-            exists = bool(seen)
-        if not exists:
+        if not _on_every_rank(file is not None and file.is_file(), file, self.where):
             if missing_ok:
                 return None
             raise HookError(f"{self.where}: no checkpoint to resume from at "

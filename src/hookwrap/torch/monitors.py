@@ -6,12 +6,12 @@ import functools
 from typing import Any, Callable
 
 from ._attach import CountingCallback, DefaultEvent, whole_number
-from .readback import shared
+from .readback import QueuesReadBacks, shared
 
 __all__ = ["GradNorm", "LRMonitor"]
 
 
-class GradNorm(CountingCallback):
+class GradNorm(QueuesReadBacks, CountingCallback):
     """After each call of ``event`` (default ``"backward"``), the total ``norm_type``
     norm of the gradients of ``model`` (an attribute name of the hooked object, or
     the module; read from the join point's argument of that name first), every
@@ -68,10 +68,6 @@ class GradNorm(CountingCallback):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.calls = state["calls"]
-
-    def __getstate__(self) -> dict[str, Any]:
-        shared().read(wait=True)  # what is queued is delivered to this object, not a copy
-        return self.__dict__.copy()
 
 
 def total_norm(tensors: list[Any], norm_type: float) -> Any:

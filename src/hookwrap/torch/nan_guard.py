@@ -10,7 +10,7 @@ from typing import Any, Callable
 from ..errors import CallbackSignatureError
 from ._attach import CountingCallback, DefaultEvent, per_join_point, reader, whole_number
 from .distributed import is_distributed, per_rank, ranks_where
-from .readback import defers_decisions, shared
+from .readback import QueuesReadBacks, defers_decisions, shared
 
 __all__ = ["NanGuard", "NonFiniteError"]
 
@@ -42,7 +42,7 @@ def _first_non_finite(value: Any) -> tuple[str, Any] | None:
     return None
 
 
-class NanGuard(CountingCallback):
+class NanGuard(QueuesReadBacks, CountingCallback):
     """Raises :class:`NonFiniteError` naming the event, the step and the value when
     the loss or metrics of one of ``events`` are NaN or infinite: the join point's
     ``argument`` (default ``loss``, as in ``backward(loss)``) where it has one, else
@@ -90,6 +90,7 @@ class NanGuard(CountingCallback):
         self._steps_counted = False  # a step event is attached (read back there)
         self._first: tuple[int, str, Any, str, int, str] | None = None  # (check, what, value, where, step, of)
         self._last_what = ""
+        self._checked_on: Any = None  # the hooked object of the checks queued since then
 
     @property
     def state_key(self) -> str:
@@ -152,15 +153,20 @@ class NanGuard(CountingCallback):
         except Exception:  # noqa: BLE001 - the device may be what failed: keep its error
             pass
         first, self._first = self._first, None
-        self._since, self._due = 0, False
+        self._since, self._due, self._checked_on = 0, False, None
         if first is not None:
             _, what, value, path, step, of = first
             when = f"at step {step}" if step else "before any step was counted"
             exception.add_note(f"NanGuard: before this error, {what} {value}{path} {when}{of}.")
 
     def __getstate__(self) -> dict[str, Any]:
-        shared().read(wait=True)  # what is queued is delivered to this object, not a copy
-        return self.__dict__.copy()
+        return {**super().__getstate__(), "_checked_on": None}  # the hooked object is not copied with it
+
+    def decide_for(self, obj: Any) -> None:
+        """``readback.settle(obj)``: decide now on the checks queued for ``obj`` (those
+        of another loop, or of one abandoned mid-run, are not this one's to stop)."""
+        if self._since and self._checked_on is obj:
+            self._read_back(wait=True)
 
     def check_pending(self) -> None:
         """Read back the checks queued so far (waiting for the device) and raise
@@ -174,6 +180,7 @@ class NanGuard(CountingCallback):
             self._check_now(obj, what, value)
             return
         self._since += 1
+        self._checked_on = obj
         self._last_what = what
         found_now = self._queue(value, "", (self.checked, what, self.step, obj))
         if (found_now or self._first is not None) and not is_distributed():
@@ -235,7 +242,7 @@ class NanGuard(CountingCallback):
         (under torch.distributed: on any rank, with one all-reduce)."""
         if self._since == 0:  # nothing checked since the last one (the same on every rank)
             return
-        self._since, self._due = 0, False
+        self._since, self._due, self._checked_on = 0, False, None
         distributed = is_distributed()
         shared().read(wait=wait or distributed)
         if not distributed:

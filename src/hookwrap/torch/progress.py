@@ -7,12 +7,12 @@ from typing import Any, Callable
 
 from ..errors import HookError
 from ._attach import DefaultEvent, reader, ShippedCallback, to_float, whole_number
-from .readback import shared
+from .readback import QueuesReadBacks, shared
 
 __all__ = ["ProgressBar"]
 
 
-class ProgressBar(ShippedCallback):
+class ProgressBar(QueuesReadBacks, ShippedCallback):
     """One tqdm bar per call of ``epoch_event``, advanced by each ``step_event``, with
     the last loss (what ``loss_event`` returns) and the metrics ``metrics_event``
     returns in its postfix.
@@ -128,7 +128,3 @@ class ProgressBar(ShippedCallback):
             if self.loss is not None:
                 bar.set_postfix(self._with_loss(), refresh=False)
             bar.close()
-
-    def __getstate__(self) -> dict[str, Any]:
-        shared().read(wait=True)  # what is queued is delivered to this object, not a copy
-        return self.__dict__.copy()

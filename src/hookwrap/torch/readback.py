@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any, Callable
 
-__all__ = ["HostReads", "ReadBack", "count_host_reads", "defers_decisions", "settle", "shared"]
+__all__ = ["HostReads", "QueuesReadBacks", "ReadBack", "count_host_reads", "defers_decisions", "settle", "shared"]
 
 Deliver = Callable[[list[float]], None]
 
@@ -128,25 +128,39 @@ def _hand_out(values: list[float], sizes: list[tuple[int, Deliver]]) -> None:
 
 
 _SHARED = ReadBack()
+
+
+class QueuesReadBacks:
+    """Mixed into a callback that queues values on the shared read-back: a copy or a
+    pickle of it (``copy.deepcopy``, ``torch.save`` of a hooked model) reads back
+    first, as what is queued is delivered to this object, never to the copy."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        shared().read(wait=True)
+        return self.__dict__.copy()
+
+
 # Callbacks that defer a decision to a read-back point (NanGuard): settle() asks
 # them to take it now. Weak: a callback nothing else holds is not kept for this.
 _DECIDERS: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def defers_decisions(callback: Any) -> None:
-    """Register ``callback``, whose ``check_pending()`` takes the decisions it has
-    deferred (and raises to stop the run), to be asked by :func:`settle`."""
+    """Register ``callback``, whose ``decide_for(obj)`` takes the decisions it has
+    deferred on checks of hooked object ``obj`` (and raises to stop the run), to be
+    asked by :func:`settle`."""
     _DECIDERS.add(callback)
 
 
-def settle() -> None:
-    """Before an act that cannot be undone (a checkpoint written): read back what is
-    queued and let every callback that defers a decision take it now, so a run that
-    went non-finite stops before its weights are saved. Under torch.distributed a
-    collective: call it on every rank at the same point."""
+def settle(obj: Any) -> None:
+    """Before an act on hooked object ``obj`` that cannot be undone (a checkpoint
+    written): read back what is queued and let every callback that deferred a
+    decision on ``obj`` take it now, so a run that went non-finite stops before its
+    weights are saved. Under torch.distributed a collective: call it on every rank
+    at the same point."""
     shared().read(wait=True)
     for callback in list(_DECIDERS):
-        callback.check_pending()
+        callback.decide_for(obj)
 
 
 def shared() -> ReadBack:
