@@ -20,12 +20,11 @@ Scenarios (``scenario``):
 
 from __future__ import annotations
 
-import datetime
-import gc
-import json
 import math
 import os
 from typing import Any
+
+from tests._ranks import rank_main
 
 STEPS_PER_EVAL = 2
 VAL_LOSSES = {  # per scenario, per rank: one value per evaluation
@@ -40,20 +39,8 @@ NAN_STEP, NAN_RANK = 7, 1
 
 def run(rank: int, world_size: int, init_file: str, out_dir: str, no_extensions: str,
         scenario: str, timeout_s: float) -> None:
-    os.environ["HOOKWRAP_NO_EXTENSIONS"] = no_extensions
-    import torch.distributed as dist
-
-    # A collective some rank never joins raises after timeout_s instead of hanging.
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
-                            world_size=world_size, timeout=datetime.timedelta(seconds=timeout_s))
-    try:
-        result = _train(rank, out_dir, scenario)
-        with open(os.path.join(out_dir, f"rank-{rank}.json"), "w") as f:
-            json.dump(result, f)
-        gc.collect()  # gloo's threads must not outlive the tensors (see _distributed_worker)
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+    rank_main(rank, world_size, init_file, out_dir, no_extensions, timeout_s,
+              lambda: _train(rank, out_dir, scenario))
 
 
 def _train(rank: int, out_dir: str, scenario: str) -> dict[str, Any]:

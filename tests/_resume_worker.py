@@ -12,12 +12,11 @@ state all come back.
 
 from __future__ import annotations
 
-import datetime
-import gc
-import json
 import os
 import random
 from typing import Any
+
+from tests._ranks import rank_main
 
 EPOCHS = 40
 BATCH = 8
@@ -143,20 +142,10 @@ def straight_and_resumed(hw: Any, ht: Any, out_dir: str, kill_at: int, rank: int
 
 def run(rank: int, world_size: int, init_file: str, out_dir: str, no_extensions: str,
         kill_at: int, timeout_s: float) -> None:
-    os.environ["HOOKWRAP_NO_EXTENSIONS"] = no_extensions
-    import torch.distributed as dist
-
-    # A collective some rank never joins raises after timeout_s instead of hanging.
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
-                            world_size=world_size, timeout=datetime.timedelta(seconds=timeout_s))
-    try:
+    def train() -> dict[str, Any]:
         import hookwrap as hw
         import hookwrap.torch as ht
 
-        result = straight_and_resumed(hw, ht, out_dir, kill_at, rank, ddp=True)
-        with open(os.path.join(out_dir, f"rank-{rank}.json"), "w") as f:
-            json.dump(result, f)
-        gc.collect()  # gloo's threads must not outlive the tensors (see _distributed_worker)
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+        return straight_and_resumed(hw, ht, out_dir, kill_at, rank, ddp=True)
+
+    rank_main(rank, world_size, init_file, out_dir, no_extensions, timeout_s, train)

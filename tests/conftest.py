@@ -49,3 +49,19 @@ def hw_module(request: pytest.FixtureRequest) -> Iterator[Any]:
 @pytest.fixture
 def hw(hw_module: Any) -> Any:
     return hw_module
+
+
+@pytest.fixture
+def renames(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """``(source, destination)`` file names of each ``os.replace`` from now on, each
+    checked to be a rename of an existing file within one folder (an atomic write)."""
+    made: list[tuple[str, str]] = []
+    real_replace = os.replace
+
+    def replace(src: Any, dst: Any) -> None:
+        assert os.path.exists(src) and os.path.dirname(src) == os.path.dirname(dst)
+        made.append((os.path.basename(src), os.path.basename(dst)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    return made

@@ -190,20 +190,11 @@ def test_a_key_missing_at_run_time_is_named(hw, ht):
 # --- BestCheckpoint ----------------------------------------------------------------
 
 
-def test_best_checkpoint_writes_atomically_and_restores_the_best(hw, ht, tmp_path, monkeypatch):
+def test_best_checkpoint_writes_atomically_and_restores_the_best(hw, ht, tmp_path, renames):
     path = tmp_path / "ckpt" / "best.pt"
     loop = make_loop(hw, scores=[(0.9, 0), (0.5, 0), (0.7, 0), (0.6, 0)])
     saver = ht.BestCheckpoint(path, monitor="val_loss", restore_best=True)
     loop.add_callback(saver)
-    renames = []
-    real_replace = os.replace
-
-    def replace(src, dst):
-        assert os.path.exists(src) and os.path.dirname(src) == os.path.dirname(dst)
-        renames.append((os.path.basename(src), os.path.basename(dst)))
-        real_replace(src, dst)
-
-    monkeypatch.setattr(os, "replace", replace)
     weights_at = []
     loop.after("evaluate", lambda self: weights_at.append(self.model.weight.detach().clone()))
     loop.fit(4)

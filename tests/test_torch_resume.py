@@ -235,17 +235,8 @@ def test_every_n_steps_and_epochs_keep_their_files_and_last_follows(hw, ht, tmp_
                        loop.model.weight)
 
 
-def test_writes_are_atomic(hw, ht, tmp_path, monkeypatch):
+def test_writes_are_atomic(hw, ht, tmp_path, renames):
     loop = make_loop(hw, ht, [0.1, 0.2, 0.3], dir=tmp_path / "ckpt", monitor="val_acc", mode="max")
-    renames = []
-    real_replace = os.replace
-
-    def replace(src, dst):
-        assert os.path.exists(src) and os.path.dirname(src) == os.path.dirname(dst)
-        renames.append((os.path.basename(src), os.path.basename(dst)))
-        real_replace(src, dst)
-
-    monkeypatch.setattr(os, "replace", replace)
     loop.fit(3)
     assert renames and all(src == f".{dst}.{os.getpid()}.tmp" for src, dst in renames)
     assert sorted(os.listdir(tmp_path / "ckpt")) == ["best-epoch=3-step=6.pt", "last.pt"]  # no temporary left
