@@ -290,4 +290,4 @@ def test_distinct_keyword_sets_keep_the_plans_bounded(hw, kind):
     # the size of the dictionaries the names pass through.)
     assert sys.getallocatedblocks() - before < 2000
     assert len(ran) == 1500  # a shape not kept runs its callbacks all the same
-    assert importlib.import_module("hookwrap._dispatch").MAX_CALL_SHAPES == 64
+    assert importlib.import_module("hookwrap._policy").MAX_CALL_SHAPES == 64

@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable
 
+from ._policy import first_admitted
 from .errors import (
     PROCEED_CALLED,
     PROCEED_ENDED,
@@ -65,16 +66,12 @@ async def _call_around(around: tuple[Any, ...], index: int, func: Callable[..., 
     returns a coroutine; one the advice never awaited is an error (the join point
     would silently not run), and a proceed kept past the advice's call refuses to
     run, as in the sync twins."""
-    n = len(around)
     pass_obj = around[0].pass_obj  # a method's advice: the function takes the object
-    while index < n:
-        step = around[index]
-        if step.gate is None or step.gate.admit(obj):
-            break
-        index += 1
-    else:
+    index = first_admitted(around, index, obj)
+    if index == len(around):
         result = func(obj, *args, **kwargs) if pass_obj else func(*args, **kwargs)
         return await result if inspect.isawaitable(result) else result
+    step = around[index]
     state = PROCEED_FRESH
     raised: BaseException | None = None
     pending: Any = None  # the coroutine proceed returned

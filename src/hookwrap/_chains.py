@@ -22,7 +22,8 @@ import sys
 from typing import Any
 
 from ._checks import PHASE_CODES, fitting_step, planned_step
-from ._dispatch import AROUND, ERROR, FUNCTION, METHOD, POST, PRE, Chain
+from ._dispatch import Chain
+from ._policy import AROUND, ERROR, FUNCTION, METHOD, POST, PRE
 from ._joinpoints import all_join_points, fires, spec_of
 from ._owners import class_record, function_record, lock
 from ._tiers import GLOBAL_TIER, check_class_tier, entries_for

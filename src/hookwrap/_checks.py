@@ -10,7 +10,7 @@ import weakref
 from types import FunctionType, MethodType
 from typing import Any, Iterable, Iterator
 
-from ._dispatch import AROUND, ERROR, POST, PRE
+from ._policy import AROUND, ERROR, POST, PRE
 from ._joinpoints import declared_custom_events, find_join_point, fires, known_events, spec_of
 from .errors import CallbackSignatureError, HookError, UnknownEventError, closest, safe_repr
 from ._reader import for_join_point
@@ -83,7 +83,7 @@ def check_registration(tp: type, registration: Registration, where: str) -> None
     """Check a parsed entry against class ``tp``: its event exists, its callback fits."""
     jp = check_event(tp, registration.phase, registration.name, where)
     if jp is None:
-        check_custom_callback(registration[1], where, pass_obj=True)
+        check_custom_callback(registration.fn, where, pass_obj=True)
     else:
         planned_step(registration, spec_of(jp))
 
@@ -98,7 +98,7 @@ def planned_step(registration: Registration, spec: JoinPointSpec) -> Any:
     step = steps.get(spec)
     if step is None:
         options = registration.options
-        fn = for_join_point(registration[1], spec)
+        fn = for_join_point(registration.fn, spec)
         step = steps[spec] = plan_step(fn, PHASE_CODES[registration.phase], spec,
                                        spec.has_obj, options.gate if options is not None else None)
     if type(step) is _Unfit:

@@ -4,7 +4,8 @@ and recognises a join point (``join_point_of``), the one place that does.
 ``HOOKWRAP_NO_EXTENSIONS=1`` (any value but empty, ``0``, ``false``, ``no``, ``off``)
 forces the pure twin, as does
 a Python other than CPython or a missing build. Every other module imports the
-dispatch names from here, never from ``_fast``/``_fast_py`` directly.
+twins' names (``TWIN_NAMES``) from here, never from ``_fast``/``_fast_py`` directly,
+and the policy they share from ``_policy``.
 """
 
 from __future__ import annotations
@@ -14,13 +15,12 @@ import sys
 from types import FunctionType
 from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "AROUND", "CLASSMETHOD", "ERROR", "EXCEPTION", "FUNCTION", "JOIN_POINT_ATTR", "KW_ONLY", "MAX_CALLBACK_ARGS", "METHOD", "MISSING",
-    "NO_EXTENSIONS", "POST", "POS_ONLY", "POS_OR_KW", "PRE", "RETURN_VALUE", "STATE_KEY",
-    "USING_EXTENSION", "VAR_KW", "VAR_POS", "ArgRef", "Chain", "EmitEvent", "EmitStep", "HookState",
-    "JoinPoint", "MAX_CALL_SHAPES", "RECORD_ATTR", "Step", "as_attribute", "call_around", "emit_runner", "emitter", "join_point_of",
-    "show_python_twins",
-]
+# The twins' contract: what each of _fast and _fast_py defines alike. The policy
+# they share (constants, emit plans, which filtered step runs) is _policy's.
+TWIN_NAMES = ("ArgRef", "Chain", "EmitEvent", "HookState", "JoinPoint", "Step",
+              "as_attribute", "call_around", "emitter", "show_python_twins")
+
+__all__ = [*TWIN_NAMES, "NO_EXTENSIONS", "USING_EXTENSION", "join_point_of"]
 
 NO_EXTENSIONS = os.environ.get("HOOKWRAP_NO_EXTENSIONS", "").strip().lower() not in ("", "0", "false", "no", "off") \
     or sys.implementation.name != "cpython"
@@ -43,39 +43,15 @@ USING_EXTENSION: bool = impl.__name__.endswith("._fast")
 ArgRef = impl.ArgRef
 Chain = impl.Chain
 EmitEvent = impl.EmitEvent
-EmitStep = impl.EmitStep
 HookState = impl.HookState
 JoinPoint = impl.JoinPoint
 Step = impl.Step
 as_attribute = impl.as_attribute
 call_around = impl.call_around
-emit_runner = impl.emit_runner
 emitter = impl.emitter
-show_python_twins = impl._show_python_twins
+show_python_twins = impl.show_python_twins
 
-# Plain constants: identical in both implementations (a test checks it).
-from ._fast_py import (  # noqa: E402
-    AROUND,
-    CLASSMETHOD,
-    ERROR,
-    EXCEPTION,
-    FUNCTION,
-    JOIN_POINT_ATTR,
-    MAX_CALL_SHAPES,
-    MAX_CALLBACK_ARGS,
-    KW_ONLY,
-    METHOD,
-    MISSING,
-    POS_ONLY,
-    POS_OR_KW,
-    POST,
-    PRE,
-    RECORD_ATTR,
-    RETURN_VALUE,
-    STATE_KEY,
-    VAR_KW,
-    VAR_POS,
-)
+from ._policy import JOIN_POINT_ATTR  # noqa: E402
 
 
 def join_point_of(value: Any, through_wrappers: bool = False) -> Any:

@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ._chains import keep_planning_out_of_traces, plans_out_of_traces
 from ._checks import check_event
-from ._dispatch import MAX_CALL_SHAPES, EmitEvent, EmitStep, emit_runner, emitter
+from ._dispatch import EmitEvent, emitter
+from ._policy import EmitStep, MAX_CALL_SHAPES
+from ._codegen import emit_runner
 from ._owners import class_record, lock
 from ._tiers import can_hold_state, entries_for, instance_state
 from .errors import HookError, safe_repr

@@ -1,5 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Per-call dispatch, compiled. Same names and behaviour as ``_fast_py.py``.
+"""Per-call dispatch, compiled: the kernel. Same names (``_dispatch.TWIN_NAMES``) and
+behaviour as ``_fast_py.py``, the reference; shared policy comes from ``_policy``.
 
 What makes it fast:
 
@@ -25,12 +26,11 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.sequence cimport PySequence_Fast_ITEMS
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 
-from inspect import Parameter
 from inspect import iscoroutinefunction as _iscoroutinefunction
 from types import MethodType
 
-from ._fast_py import EmitStep, emit_runner
-from ._fast_py import MAX_CALL_SHAPES  # the bound on plans per chain or event (see there)
+from ._policy import MAX_CALL_SHAPES  # the bound on plans per chain or event (see there)
+from ._policy import MISSING, RECORD_ATTR, STATE_KEY
 from ._fast_py import emitter as _pure_emitter
 
 from .errors import note_callback as _note_callback
@@ -118,35 +118,26 @@ cdef enum:
     C_ERROR = 3
     MAX_STACK = 32
 
-FUNCTION = C_FUNCTION
-METHOD = C_METHOD
-CLASSMETHOD = C_CLASSMETHOD
-POS_ONLY = C_POS_ONLY
-POS_OR_KW = C_POS_OR_KW
-KW_ONLY = C_KW_ONLY
-VAR_POS = C_VAR_POS
-VAR_KW = C_VAR_KW
-RETURN_VALUE = C_RETURN_VALUE
-EXCEPTION = C_EXCEPTION
-PRE = C_PRE
-POST = C_POST
-AROUND = C_AROUND
-ERROR = C_ERROR
 
-MISSING = Parameter.empty
-MAX_CALLBACK_ARGS = MAX_STACK - 1  # the C array also holds the object
-STATE_KEY = "__hookwrap__"
-RECORD_ATTR = "__hookwrap_class__"
-JOIN_POINT_ATTR = "__hookwrap_join_point__"
+def pinned_constants():
+    """The numbers this module compiled in, by their ``_policy`` names: a test
+    pins them to ``_policy`` (the one place they are written for Python)."""
+    return {
+        "FUNCTION": C_FUNCTION, "METHOD": C_METHOD, "CLASSMETHOD": C_CLASSMETHOD,
+        "POS_ONLY": C_POS_ONLY, "POS_OR_KW": C_POS_OR_KW, "KW_ONLY": C_KW_ONLY,
+        "VAR_POS": C_VAR_POS, "VAR_KW": C_VAR_KW, "RETURN_VALUE": C_RETURN_VALUE,
+        "EXCEPTION": C_EXCEPTION, "PRE": C_PRE, "POST": C_POST, "AROUND": C_AROUND,
+        "ERROR": C_ERROR, "MAX_CALLBACK_ARGS": MAX_STACK - 1,  # the C array also holds the object
+    }
+
+
 # The keys the hot paths read, as C statics: a module global costs a dict lookup
 # on every read where Cython caches none (CPython 3.12+, ~145 instructions).
 cdef str _STATE_KEY = STATE_KEY
 cdef str _RECORD_ATTR = RECORD_ATTR
 
-# Chains come from the planner handed to each JoinPoint when it is built
-# (``_chains.Planner``): type_chain(jp, tp), instance_chain(state, jp, type_chain)
-# and wrapped_runner(func): what runs the chain of a coroutine or generator
-# function, run_wrapped(chain, func, obj, args, kwargs), or None.
+# Chains come from the planner handed to each JoinPoint when it is built (its
+# methods: see _policy).
 
 
 @cython.final
@@ -790,10 +781,10 @@ def as_attribute(JoinPoint jp):
 hookwrap_enable_vectorcall(<PyTypeObject *>JoinPoint, _VECTORCALL_OFFSET, True)
 
 
-cdef object _pure_copy = None  # _traced.pure_chain, handed in by _show_python_twins
+cdef object _pure_copy = None  # _traced.pure_chain, handed in by show_python_twins
 
 
-def _show_python_twins(get, call, pure_copy, emit_get, emit_call):
+def show_python_twins(get, call, pure_copy, emit_get, emit_call):
     """Give ``JoinPoint.__get__`` and ``JoinPoint.__call__`` Python twins, for
     Dynamo to trace, and ``Chain.traced`` its copier; likewise the ``emit``
     object's (see _traced). The C slots still serve every call."""
@@ -811,7 +802,7 @@ cdef object _run_owned(Chain chain, object func, object obj, list args, dict kwa
     try:
         return _run_main(chain, func, obj, args, kwargs)
     except Exception as exc:
-        run_error_steps(chain, obj, args, kwargs, exc)
+        _run_error_steps(chain, obj, args, kwargs, exc)
         raise
 
 
@@ -834,7 +825,7 @@ cdef object _run_main(Chain chain, object func, object obj, list args, dict kwar
     return result
 
 
-def run_error_steps(Chain chain, obj, list args, dict kwargs, exc):
+def _run_error_steps(Chain chain, obj, list args, dict kwargs, exc):
     cdef Step step
     if isinstance(exc, _StopTraining):  # control flow, not a failure
         return

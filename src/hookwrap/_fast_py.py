@@ -1,18 +1,45 @@
-"""Per-call dispatch, pure Python twin of ``_fast.pyx``.
+"""Per-call dispatch in plain Python: the reference for what a call does, and
+the twin of the compiled ``_fast.pyx``.
 
-Both modules export the same names with the same behaviour; ``_dispatch`` picks
-one. Everything here runs on every call of a join point, so it only follows
-plans built at registration (``_signature.py``, ``_chains.py``): no
-``inspect``, no sorting, no string formatting unless an error is being raised.
-Keep the two files in step: the test suite runs against both.
+Both define the ten names of ``_dispatch.TWIN_NAMES`` with the same behaviour;
+``_dispatch`` picks one. What they share without running per call is written
+once in ``_policy`` (constants, emit plans, which filtered step runs). Read
+``Step.invoke`` and ``Step.absorb`` (the return contract), ``call_around`` and
+``emitter`` for the semantics of a call. For speed, this twin runs most calls
+on code ``_codegen`` generates from the same plans (tests/test_differential.py
+pins that code to this one); it only follows plans built at registration
+(``_signature.py``, ``_chains.py``): no ``inspect``, no sorting, no string
+formatting unless an error is being raised. Keep it in step with
+``_fast.pyx``: the test suite runs against both.
 """
 
 from __future__ import annotations
 
 import inspect
-from keyword import iskeyword as _iskeyword
-from types import FunctionType, MethodType
-from typing import Any, Callable, NamedTuple, cast
+from types import MethodType
+from typing import Any, Callable
+
+from . import _codegen
+from ._policy import (
+    CLASSMETHOD,
+    ERROR,
+    FUNCTION,
+    JOIN_POINT_ATTR,
+    KW_ONLY,
+    MAX_CALL_SHAPES,
+    METHOD,
+    MISSING,
+    POS_ONLY,
+    POS_OR_KW,
+    POST,
+    PRE,
+    RECORD_ATTR,
+    RETURN_VALUE,
+    STATE_KEY,
+    VAR_POS,
+    EmitStep,
+    first_admitted,
+)
 
 from .errors import note_callback as _note_callback
 from .errors import emit_return_error as _emit_return_error
@@ -22,51 +49,7 @@ from .errors import proceed_twice as _proceed_twice
 from .errors import return_error as _return_error
 from .errors import StopTraining as _StopTraining
 
-# How a join point receives the object callbacks see as their first argument.
-FUNCTION = 0  # plain function or staticmethod: no object
-METHOD = 1  # instance method: args[0] is the instance
-CLASSMETHOD = 2  # args[0] is the class
-
-# What an ArgRef reads from a call.
-POS_ONLY = 0
-POS_OR_KW = 1
-KW_ONLY = 2
-VAR_POS = 3
-VAR_KW = 4
-RETURN_VALUE = 5  # the result, given to post callbacks
-EXCEPTION = 6  # the exception, given to error callbacks
-
-# Phases of a Step.
-PRE = 0
-POST = 1
-AROUND = 2
-ERROR = 3
-
-MISSING = inspect.Parameter.empty
-# A callback may ask for at most this many arguments of the join point (the
-# compiled twin calls it from a fixed C array; both twins refuse more alike).
-MAX_CALLBACK_ARGS = 31
-# Plans (and the pure twin's runners) kept per chain for its call shapes (how many
-# positional arguments, which keyword names), and per custom event for the sets of
-# keywords emitted: the first this many. A call of another shape runs on the
-# general path (compiled: no plan; pure: no generated runner, whose keyword
-# names CPython 3.12+ would keep interned for good), keeping nothing, so a
-# program passing ever new keyword names (a dict of metrics as **kwargs) keeps
-# memory flat and stops paying for planning each new shape.
-MAX_CALL_SHAPES = 64
-STATE_KEY = "__hookwrap__"  # read as an attribute by the dispatch functions
 _OBJECT_GETATTRIBUTE: Any = object.__getattribute__  # an instance's own attribute, whatever its class's
-# Where a class keeps its record (``_owners.ClassRecord``).
-RECORD_ATTR = "__hookwrap_class__"
-# The pure twin stores a join point's dispatch function, which carries it here.
-JOIN_POINT_ATTR = "__hookwrap_join_point__"
-
-# Where a join point's chains come from (``_chains.Planner``); handed to each
-# JoinPoint when it is built, so this module calls no registry code by name.
-#   planner.type_chain(jp, tp) -> Chain         the chain for instances of tp
-#   planner.instance_chain(state, jp, type_chain) -> Chain
-#   planner.wrapped_runner(func) -> what runs the chain of a coroutine or generator
-#       function, run_wrapped(chain, func, obj, args, kwargs), or None
 
 
 class ArgRef:
@@ -234,7 +217,7 @@ class Chain:
         self.passthrough = not fire or (self.empty and not check_state)
         self.read_by_trace = False  # the compiled twin's mark (its `traced` sets it)
         # Call shape (positional count, and the keyword names in order if any) ->
-        # its compiled runner (_compile_runner), or False.
+        # its generated runner (_codegen.runner), or False.
         self.runners: dict[Any, Any] = {}
 
     @property
@@ -338,7 +321,7 @@ class JoinPoint:
         return f"<function {getattr(self, '__qualname__', self.event)} at {id(self):#x}>"
 
 
-def _show_python_twins(get: Any, call: Any, pure_copy: Any, emit_get: Any, emit_call: Any) -> None:
+def show_python_twins(get: Any, call: Any, pure_copy: Any, emit_get: Any, emit_call: Any) -> None:
     """Nothing to do here: this twin's join points are Python already (see _traced)."""
 
 
@@ -369,7 +352,7 @@ def _named_like(stored: Any, func: Any) -> Any:
 
 def _make_dispatch(jp: JoinPoint) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     """The dispatch function of ``jp``, and its code for each binding (``rebind``)."""
-    variants = _dispatcher(_slots(jp.func))(jp, jp.func, _dispatch)
+    variants = _codegen.dispatcher(_codegen.slot_count(jp.func))(jp, jp.func, _dispatch)
     dispatch = variants[jp.binding]
 
     def traced(*args: Any, **kwargs: Any) -> Any:
@@ -380,106 +363,6 @@ def _make_dispatch(jp: JoinPoint) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     # reads no hot cache, which changes under it (see _traced).
     dispatch._torchdynamo_inline = traced
     return dispatch, tuple(variant.__code__ for variant in variants)
-
-
-# A dispatch function takes a call's first positional arguments (its "slots") as
-# positional-only parameters defaulting to _NOT_PASSED, then *args and **kwargs.
-# It accepts every call the function would and knows exactly what was passed and
-# how (around advice and errors see the call as it was made), and the usual call
-# (the function's required arguments, by position) reaches the function without
-# packing them into a tuple and a dict: a `*args, **kwargs` wrapper alone costs
-# ~3.8x a bare call.
-_NOT_PASSED: Any = type("NotPassed", (), {"__repr__": lambda self: "<not passed>"})()
-# A function with more required positional arguments takes the general path.
-_MAX_SLOTS = 8
-
-
-def _slots(func: Any) -> int:
-    """How many positional arguments every call of ``func`` passes (its required
-    positional parameters), up to _MAX_SLOTS; 0 for what is not a plain function."""
-    if not isinstance(func, FunctionType):
-        return 0
-    return min(func.__code__.co_argcount - len(func.__defaults__ or ()), _MAX_SLOTS)
-
-
-# Per binding (FUNCTION, METHOD, CLASSMETHOD): what makes a call's chain the one
-# cached, read from the call's first argument (FIRST), or the join point's owner.
-_CACHED = {FUNCTION: "chain.tp is jp.owner", METHOD: "chain.tp is type(FIRST)",
-           CLASSMETHOD: "chain.tp is FIRST"}
-_dispatchers: dict[int, Callable[..., Any]] = {}
-
-
-def _dispatcher(n: int) -> Callable[..., Any]:
-    """``make(jp, func, owned)``: ``n``-slot dispatch functions, one per binding,
-    in binding order. They share their free variables, so that one's
-    ``__code__`` can replace another's."""
-    made = _dispatchers.get(n)
-    if made is not None:
-        return made
-    slots = [f"a{i}" for i in range(n)]
-    passed = ", ".join(slots)
-    packed_slots = "".join(f"{slot}, " for slot in slots)
-    params = "".join(f"{slot}=_NOT_PASSED, " for slot in slots) + ("/, " if slots else "")
-    packed = _packed(slots)
-    source = ["def make(jp, func, owned):"]
-    for binding in (FUNCTION, METHOD, CLASSMETHOD):
-        # A call passing keywords, or other positional arguments than the slots:
-        # the function if nothing can run (as below), else the general path.
-        cached = _CACHED[binding].replace("FIRST", "args[0]")
-        if binding != FUNCTION:
-            cached = f"args and {cached}"
-        if binding == METHOD:
-            cached += (" and chain.valid and (chain.passthrough or chain.empty"
-                       f" and args[0].{STATE_KEY} is None)")
-        else:
-            cached += " and chain.valid and chain.passthrough"
-        source += [
-            f"  def dispatch({params}*args, **kwargs):",
-            f"    if args or kwargs{f' or {slots[-1]} is _NOT_PASSED' if slots else ''}:",
-        ] + ([f"        args = {packed}"] if slots else []) + [
-            "        chain = jp._chain",
-            f"        if {cached}:",
-            "            return func(*args, **kwargs)",
-            "        return owned(jp, args, kwargs)",
-        ]
-        if slots or binding == FUNCTION:
-            obj = "None" if binding == FUNCTION else "a0"
-            source += [
-                "    chain = jp._chain",
-                f"    if {_CACHED[binding].replace('FIRST', 'a0')} and chain.valid:",  # this call's class's
-                "        if chain.passthrough:",
-                f"            return func({passed})",
-            ]
-            if binding != FUNCTION:  # an instance may hold callbacks of its own
-                source += [
-                    "        if chain.check_state:",
-                    f"            state = a0.{STATE_KEY}",  # its class holds None (class_record)
-                    "            if state is not None:",  # HookState.chain_for, its hit inline
-                    "                try:",  # (a subscript, not .get: no method call)
-                    "                    own = state.chains[jp]",
-                    "                except KeyError:",
-                    "                    own = None",
-                    "                if own is None or not own.valid or own.base is not chain:",
-                    "                    own = state.chain_for(jp, chain)",
-                    "                chain = own",
-                ]
-            source += [
-                "        if chain.empty:",  # a sibling holds callbacks, this one none
-                f"            return func({passed})",
-                f"        run = chain.runners.get({n})",  # None until _dispatch compiles it
-                "        if run:",
-                f"            return run(func, {obj}{''.join(', ' + slot for slot in slots)})",
-            ]
-        source += [
-            f"    return owned(jp, ({packed_slots}), kwargs)",
-            "    func, owned  # (never run) every variant closes over these",
-        ]
-        source.append(f"  v{binding} = dispatch")
-    source.append(f"  return v{FUNCTION}, v{METHOD}, v{CLASSMETHOD}")
-    ns: dict[str, Any] = {"_NOT_PASSED": _NOT_PASSED, "STATE_KEY": STATE_KEY}
-    exec(compile("\n".join(source) + "\n", f"<hookwrap dispatch, {n} slots>", "exec"), ns)  # noqa: S102
-    made = _dispatchers[n] = cast(Callable[..., Any], ns["make"])
-    return made
 
 
 def _dispatch(jp: JoinPoint, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -521,14 +404,14 @@ def _dispatch(jp: JoinPoint, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
     if not kwargs:
         runner = chain.runners.get(len(args))
         if runner is None and len(chain.runners) < MAX_CALL_SHAPES:
-            runner = chain.runners[len(args)] = _compile_runner(chain, len(args), ())
+            runner = chain.runners[len(args)] = _codegen.runner(chain, len(args), (), call_around)
         if runner:
             return runner(jp.func, obj, *args)
     else:
         shape = (len(args), tuple(kwargs))
         runner = chain.runners.get(shape)
         if runner is None and len(chain.runners) < MAX_CALL_SHAPES:
-            runner = chain.runners[shape] = _compile_runner(chain, len(args), shape[1])
+            runner = chain.runners[shape] = _codegen.runner(chain, len(args), shape[1], call_around)
         if runner:
             return runner(jp.func, obj, *args, *kwargs.values())
     return _run_owned(chain, jp.func, obj, list(args), kwargs)
@@ -541,7 +424,7 @@ def _run_owned(chain: Chain, func: Callable[..., Any], obj: Any, args: list[Any]
     try:
         return _run_main(chain, func, obj, args, kwargs)
     except Exception as exc:
-        run_error_steps(chain, obj, args, kwargs, exc)
+        _run_error_steps(chain, obj, args, kwargs, exc)
         raise
 
 
@@ -564,7 +447,7 @@ def _run_main(chain: Chain, func: Callable[..., Any], obj: Any, args: list[Any],
     return result
 
 
-def run_error_steps(chain: Chain, obj: Any, args: list[Any], kwargs: dict[str, Any],
+def _run_error_steps(chain: Chain, obj: Any, args: list[Any], kwargs: dict[str, Any],
                     exc: BaseException) -> None:
     if isinstance(exc, _StopTraining):  # control flow, not a failure
         return
@@ -580,13 +463,10 @@ def call_around(around: tuple[Step, ...], index: int, func: Callable[..., Any], 
     The advice's ``proceed`` is a closure: cheaper to make than an object."""
     n = len(around)
     pass_obj = around[0].pass_obj  # a method's advice: the function takes the object
-    while index < n:
-        step = around[index]
-        if step.gate is None or step.gate.admit(obj):
-            break
-        index += 1
-    else:
+    index = first_admitted(around, index, obj)
+    if index == n:
         return func(obj, *args, **kwargs) if pass_obj else func(*args, **kwargs)
+    step = around[index]
     state = 0  # PROCEED_FRESH; then CALLED, or ENDED once the advice returned (errors)
     raised: BaseException | None = None
 
@@ -618,163 +498,7 @@ def call_around(around: tuple[Step, ...], index: int, func: Callable[..., Any], 
             state = 2
 
 
-# --- Compiled runners: the pure twin's fast path ------------------------------
-#
-# For a chain of pre/post callbacks (and around advice) and a call with N
-# positional arguments, generate the straight-line code a person would write:
-# call each callback with the arguments it named, check what it returned,
-# rebind the local, call the function (or the around advice, which calls it).
-# A per-call interpreter loop over plans costs ~20x a hand-written loop in pure
-# Python; this costs about what the hand loop does.
-
-
-def _compile_runner(chain: Chain, nargs: int, kwnames: tuple[str, ...]) -> Any:
-    """A function ``run(func, obj, a0, ..., k0, ...)`` for calls with ``nargs``
-    positional arguments then the keywords ``kwnames`` (their values, in order),
-    or False where the general path is needed."""
-    if chain.error or not all(name.isidentifier() and not _iskeyword(name) for name in kwnames):
-        return False
-    names = [f"a{i}" for i in range(nargs)]
-    keywords = {name: f"k{i}" for i, name in enumerate(kwnames)}  # keyword -> its local
-    passed = names + [f"{name}={local}" for name, local in keywords.items()]
-    ns: dict[str, Any] = {"RE": _return_error, "NOTE": _note_callback, "AROUND": chain.around,
-                          "CALL_AROUND": call_around}
-    body: list[str] = []
-    for phase, steps in ((PRE, chain.pre), (POST, chain.post)):
-        if phase == POST and chain.around:  # advice sees the call's arguments, not the object
-            seen = names[1:] if chain.around[0].pass_obj else names
-            if any(step.gate is not None for step in chain.around):  # which run: decided per call
-                as_dict = "{" + ", ".join(f"{name!r}: {local}" for name, local in keywords.items()) + "}"
-                body.append(f"result = CALL_AROUND(AROUND, 0, func, obj, ({''.join(n + ', ' for n in seen)}), {as_dict})")
-            else:
-                body += _around_code(chain.around, seen, passed[nargs:], ns)
-        elif phase == POST:
-            body.append(f"result = func({', '.join(passed)})")
-        for i, step in enumerate(steps):
-            tag = f"{'P' if phase == PRE else 'Q'}{i}"
-            ns[f"S{tag}"], ns[f"F{tag}"], ns[f"G{tag}"] = step, step.fn, step.gate
-            ns[f"N{tag}"] = tuple(ref.name for ref in step.refs)
-            exprs = []
-            for j, ref in enumerate(step.refs):
-                if ref.kind == RETURN_VALUE:
-                    exprs.append("result")
-                elif ref.kind in (POS_ONLY, POS_OR_KW) and ref.index < nargs:
-                    exprs.append(names[ref.index])
-                elif ref.kind in (POS_OR_KW, KW_ONLY) and ref.name in keywords:
-                    exprs.append(keywords[ref.name])
-                elif ref.kind <= KW_ONLY and phase == POST and ref.default is not MISSING:
-                    ns[f"D{tag}_{j}"] = ref.default
-                    exprs.append(f"D{tag}_{j}")
-                else:
-                    return False  # not passed positionally, *args/**kwargs: general path
-            n_kw = len(step.kwnames)
-            positional = exprs[: len(exprs) - n_kw]
-            keyword = [f"{name}={expr}" for name, expr in zip(step.kwnames, exprs[len(exprs) - n_kw:])]
-            call_args = (["obj"] if step.pass_obj else []) + positional + keyword
-            block = [
-                "try:",
-                f"    r = F{tag}({', '.join(call_args)})",
-                "except BaseException as e:",
-                f"    NOTE(e, S{tag}.label, S{tag}.event)",
-                "    raise",
-            ]
-            if phase == POST:
-                if step.consumes:
-                    block += [f"if r is None and result is not None: raise RE(S{tag}, r, ('return_value',))",
-                              "result = r"]
-                else:
-                    block.append(f"if r is not None: raise RE(S{tag}, r, ())")
-            elif not exprs:
-                block.append(f"if r is not None: raise RE(S{tag}, r, ())")
-            elif len(exprs) == 1:
-                block += [f"if r is None and {exprs[0]} is not None: raise RE(S{tag}, r, N{tag})",
-                          f"{exprs[0]} = r"]
-            else:
-                none_checks = " or ".join(f"(r[{j}] is None and {x} is not None)" for j, x in enumerate(exprs))
-                block += [f"if type(r) is not tuple or len(r) != {len(exprs)}: raise RE(S{tag}, r, N{tag})",
-                          f"if {none_checks}: raise RE(S{tag}, r, N{tag})",
-                          f"{', '.join(exprs)}, = r"]
-            if step.gate is not None:
-                block = [f"if G{tag}.admit(obj):"] + ["    " + line for line in block]
-            body += block
-    body.append("return result")
-    params = "".join(", " + local for local in names + list(keywords.values()))
-    source = f"def run(func, obj{params}):\n" + "".join(f"    {line}\n" for line in body)
-    exec(compile(source, "<hookwrap runner>", "exec"), ns)  # noqa: S102 - generated from plans
-    return ns["run"]
-
-
-def _around_code(around: tuple[Step, ...], seen: list[str], keywords: list[str],
-                 ns: dict[str, Any]) -> list[str]:
-    """A runner's lines calling its around advice (none filtered) with the call's
-    positional arguments ``seen`` and ``keywords`` ("name=local"), and setting
-    ``result``: call_around's work, planned. Each advice's ``proceed`` is a
-    closure taking the call's positional arguments in slots, as a dispatch
-    function does, and calls the next advice (or the function) with what it got."""
-    pass_obj = around[0].pass_obj
-    ns["TWICE"], ns["_NOT_PASSED"] = _proceed_twice, _NOT_PASSED
-    slots = [f"p{i}" for i in range(len(seen))]
-    params = "".join(f"{slot}=_NOT_PASSED, " for slot in slots) + ("/, " if slots else "")
-    missing = f" or {slots[-1]} is _NOT_PASSED" if slots else ""
-    lines: list[str] = []
-    for i, step in enumerate(around):
-        ns[f"SA{i}"], ns[f"FA{i}"] = step, step.fn
-    for i in range(len(around)):
-        inner = i + 1 < len(around)
-        target = f"FA{i + 1}" if inner else "func"
-        lead = ("obj, " if pass_obj else "") + (f"proceed{i + 1}, " if inner else "")
-        lines += [
-            f"called{i} = 0",  # then 1 (called), or 2 once its advice returned (errors.PROCEED_*)
-            f"raised{i} = None",
-            f"def proceed{i}({params}*args, **kwargs):",
-            f"    nonlocal called{i}, raised{i}{f', called{i + 1}' if inner else ''}",
-            f"    if called{i}: raise TWICE(SA{i}, called{i})",  # at most once, during its call
-            f"    called{i} = 1",
-            "    try:",
-            f"        if args or kwargs{missing}:",
-            f"            return {target}({lead}*({_packed(slots)}), **kwargs)",
-            f"        return {target}({lead}{', '.join(slots)})",
-            "    except BaseException as e:",
-        ]
-        if inner:  # the inner advice's own error is its to note
-            lines.append(f"        if e is not raised{i + 1}: NOTE(e, SA{i + 1}.label, SA{i + 1}.event)")
-        lines += [f"        raised{i} = e", "        raise"]  # passed through: not advice i's
-        if inner:  # advice i + 1 returned: a proceed it kept is no use now
-            lines += ["    finally:", f"        if not called{i + 1}: called{i + 1} = 2"]
-    lines += [
-        "try:",
-        f"    result = FA0({'obj, ' if pass_obj else ''}proceed0{''.join(', ' + arg for arg in seen + keywords)})",
-        "except BaseException as e:",
-        "    if e is not raised0: NOTE(e, SA0.label, SA0.event)",
-        "    raise",
-        "finally:",
-        "    if not called0: called0 = 2",
-    ]
-    return lines
-
-
-def _packed(slots: list[str]) -> str:
-    """The arguments a call passed by position, as a tuple: the slots up to the
-    first one not passed, then ``args`` (those past the slots)."""
-    return " else ".join(
-        f"({', '.join(slots[:i + 1])},) + args if {slot} is not _NOT_PASSED"
-        for i, slot in reversed(list(enumerate(slots)))) + (" else args" if slots else "args")
-
-
 # --- Custom events: obj.emit(name, **kw) and hookwrap.emit(obj, name, **kw) ----
-
-
-class EmitStep(NamedTuple):
-    """One listener of a custom event, planned for one call shape: ``take`` holds
-    the places (among the keywords emitted) of the ones it is passed, named
-    ``names``; None when it takes them all."""
-
-    fn: Callable[..., Any]
-    gate: Any
-    take: tuple[int, ...] | None
-    names: tuple[str, ...]
-    label: str
-
 
 class EmitEvent:
     """One custom event's listeners on one owner, and its plan per call shape
@@ -848,26 +572,3 @@ def _run_emit_steps(steps: tuple[EmitStep, ...], target: Any, name: str,
             raise _emit_return_error(label, name, r)
 
 
-def emit_runner(steps: tuple[EmitStep, ...]) -> Callable[..., None]:
-    """``run(target, name, kwargs)``: the steps of one call shape as straight-line
-    code (see _compile_runner), each listener called with the keywords it takes,
-    named one by one (cheaper than ``**kwargs``, which also passes them all)."""
-    ns: dict[str, Any] = {"NOTE": _note_callback, "RETURNED": _emit_return_error}
-    body: list[str] = []
-    for i, (fn, gate, take, names, label) in enumerate(steps):
-        ns[f"F{i}"], ns[f"G{i}"], ns[f"L{i}"] = fn, gate, label
-        passed = "".join(f", {key}=kwargs[{key!r}]" for key in names)  # names: all it takes
-        block = [
-            "try:",
-            f"    r = F{i}(target{passed})",
-            "except BaseException as e:",
-            f"    NOTE(e, L{i}, name)",
-            "    raise",
-            f"if r is not None: raise RETURNED(L{i}, name, r)",
-        ]
-        if gate is not None:
-            block = [f"if G{i}.admit(target):"] + ["    " + line for line in block]
-        body += block
-    source = "def run(target, name, kwargs):\n" + "".join(f"    {line}\n" for line in body or ["pass"])
-    exec(compile(source, "<hookwrap emit runner>", "exec"), ns)  # noqa: S102 - generated from plans
-    return cast(Callable[..., None], ns["run"])

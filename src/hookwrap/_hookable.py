@@ -30,7 +30,8 @@ from typing import (
 import wrapt
 
 from ._chains import PLANNER
-from ._dispatch import CLASSMETHOD, FUNCTION, JOIN_POINT_ATTR, JoinPoint, as_attribute, join_point_of
+from ._dispatch import JoinPoint, as_attribute, join_point_of
+from ._policy import CLASSMETHOD, FUNCTION, JOIN_POINT_ATTR
 from ._joinpoints import name_join_point, track_join_point
 from ._registration import Handle, register
 from .errors import HookError, safe_repr

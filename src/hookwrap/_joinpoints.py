@@ -6,7 +6,8 @@ import weakref
 from types import FunctionType, ModuleType
 from typing import Any
 
-from ._dispatch import FUNCTION, METHOD, JoinPoint, join_point_of
+from ._dispatch import JoinPoint, join_point_of
+from ._policy import FUNCTION, METHOD
 from ._owners import changed_function, class_record, lock
 from .errors import HookError, UnknownEventError, closest
 from ._events import PHASES, normalize

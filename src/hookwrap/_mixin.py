@@ -6,7 +6,7 @@ import copy
 from typing import TYPE_CHECKING, Any, Callable
 
 from ._classes import ClassCallbacksAttribute, declared_callbacks, prepare_class
-from ._dispatch import STATE_KEY
+from ._policy import STATE_KEY
 from ._registration import Handle, register
 from ._tiers import instance_state
 from ._callback import Callback, add_callback

@@ -8,7 +8,7 @@ import inspect
 import os
 import sys
 import threading
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 from .errors import HookError, add_note_once, closest, safe_repr
 from ._events import CUSTOM, normalize, parse_event
@@ -225,8 +225,18 @@ class Registration(tuple):  # type: ignore[type-arg]
         self.steps = None
         return self
 
+    @property
+    def event(self) -> str:
+        """The event as written (``"pre-loss"``, ``"pre_loss"``, a custom name)."""
+        return cast(str, self[0])
+
+    @property
+    def fn(self) -> Any:
+        """The callback."""
+        return self[1]
+
     def __reduce__(self) -> Any:
-        return (Registration, (self[0], self[1], self.options))
+        return (Registration, (self.event, self.fn, self.options))
 
 
 def options_of(entry: Any) -> Options | None:

@@ -26,7 +26,7 @@ import threading
 import weakref
 from typing import Any, Iterator
 
-from ._dispatch import RECORD_ATTR, STATE_KEY
+from ._policy import RECORD_ATTR, STATE_KEY
 from .errors import HookError
 from ._events import normalize
 

@@ -8,7 +8,8 @@ from types import ModuleType
 from typing import Any, Callable
 
 from ._checks import check_custom_callback, check_registration, fitting_step, planned_step
-from ._dispatch import FUNCTION, join_point_of
+from ._dispatch import join_point_of
+from ._policy import FUNCTION
 from ._joinpoints import all_join_points, has_join_points, spec_of
 from ._owners import (GLOBAL, changed_class, changed_function, changed_global, class_record, function_record,
                       is_builtin_type, lock)
@@ -117,7 +118,7 @@ def _target_label(target: Any) -> str:
 
 def _unknown_in_function(jp: Any, registration: Registration, where: str) -> UnknownEventError:
     return UnknownEventError(
-        f"{where}: the join point {jp.event!r} has no event {registration[0]!r}; its events are "
+        f"{where}: the join point {jp.event!r} has no event {registration.event!r}; its events are "
         + ", ".join(f"'{p}-{jp.event}'" for p in PHASES) + "."
     )
 
@@ -197,7 +198,7 @@ def register_global(registrations: list[Registration], where: str) -> Handle:
     """Global tier: checked against every join point of that event known now."""
     for registration in registrations:
         if registration.phase == CUSTOM:
-            check_custom_callback(registration[1], where, pass_obj=True)
+            check_custom_callback(registration.fn, where, pass_obj=True)
             continue
         known_now = all_join_points()
         matching = [jp for jp in known_now if normalize(jp.event) == registration.name]
@@ -205,7 +206,7 @@ def register_global(registrations: list[Registration], where: str) -> Handle:
             known = sorted({f"{p}-{jp.event}" for jp in known_now for p in PHASES})
             raise UnknownEventError(
                 f"{where}: no join point {registration.name!r} exists."
-                + closest(registration[0], known)
+                + closest(registration.event, known)
                 + " Define or import the hookable code before registering a global callback for it."
             )
         # It runs on the join points it fits (fitting_step) and must fit one.

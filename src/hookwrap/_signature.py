@@ -19,7 +19,8 @@ import weakref
 from types import CodeType, FunctionType, MethodType
 from typing import Any, Callable
 
-from ._dispatch import (
+from ._dispatch import ArgRef, Step
+from ._policy import (
     AROUND,
     ERROR,
     EXCEPTION,
@@ -34,8 +35,6 @@ from ._dispatch import (
     RETURN_VALUE,
     VAR_KW,
     VAR_POS,
-    ArgRef,
-    Step,
 )
 from .errors import CallbackSignatureError, safe_repr
 

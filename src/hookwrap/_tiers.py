@@ -22,7 +22,8 @@ from types import FunctionType
 from typing import Any, Iterable, NamedTuple, cast
 
 from ._checks import check_custom_callback, check_entry, check_event, pickle_problem, planned_step
-from ._dispatch import STATE_KEY, HookState
+from ._dispatch import HookState
+from ._policy import STATE_KEY
 from ._joinpoints import spec_of
 from ._owners import (
     GLOBAL,
@@ -97,7 +98,7 @@ class Entry(NamedTuple):
 
 
 def _entry(registration: Registration, source: Source) -> Entry:
-    return Entry(registration.phase, registration.name, registration[1], registration.options,
+    return Entry(registration.phase, registration.name, registration.fn, registration.options,
                  source, registration)
 
 

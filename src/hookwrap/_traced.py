@@ -32,15 +32,8 @@ import sys
 from typing import Any
 
 from . import _fast_py as pure
-from ._dispatch import (
-    CLASSMETHOD,
-    FUNCTION,
-    JOIN_POINT_ATTR,
-    RECORD_ATTR,
-    STATE_KEY,
-    USING_EXTENSION,
-    show_python_twins,
-)
+from ._dispatch import USING_EXTENSION, show_python_twins
+from ._policy import CLASSMETHOD, FUNCTION, JOIN_POINT_ATTR, RECORD_ATTR, STATE_KEY
 
 __all__ = [
     "drop_compiled_code", "dynamo_call", "dynamo_get", "install", "note_planned", "pure_chain",

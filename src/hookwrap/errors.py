@@ -7,6 +7,8 @@ import pickle
 from collections.abc import Iterable
 from typing import Any
 
+from ._policy import ERROR, POST, VAR_KW, VAR_POS
+
 __all__ = [
     "CallbackPicklingError",
     "CallbackReturnError",
@@ -63,7 +65,6 @@ def closest(name: str, candidates: Iterable[str]) -> str:
 # broken, so formatting never costs anything on a call that goes well. `step`
 # and `ref` are a dispatch Step / ArgRef (either implementation).
 
-_VAR_POS, _VAR_KW = 3, 4  # ArgRef kinds, see _fast_py
 
 
 def callback_note(label: str, event: str) -> str:
@@ -92,12 +93,12 @@ def missing_argument(step: Any, ref: Any) -> TypeError:
 
 def check_var_value(step: Any, ref: Any, value: Any) -> None:
     """A replacement for ``*args``/``**kwargs`` must keep its container type."""
-    if ref.kind == _VAR_POS and not isinstance(value, (tuple, list)):
+    if ref.kind == VAR_POS and not isinstance(value, (tuple, list)):
         raise CallbackReturnError(
             f"callback {step.label} for event {step.event!r} returned a "
             f"{type(value).__name__} for *{ref.name}; return a tuple of positional arguments."
         )
-    if ref.kind == _VAR_KW:
+    if ref.kind == VAR_KW:
         if not isinstance(value, dict):
             raise CallbackReturnError(
                 f"callback {step.label} for event {step.event!r} returned a "
@@ -117,19 +118,18 @@ def check_var_value(step: Any, ref: Any, value: Any) -> None:
                 )
 
 
-_POST_PHASE, _ERROR_PHASE = 1, 3  # Step.phase of post and error callbacks, see _fast_py
 
 
 def return_error(step: Any, raw: Any, names: tuple[str, ...]) -> CallbackReturnError:
     got = "None" if raw is None else f"a {type(raw).__name__} ({_short_repr(raw)})"
-    if step.phase == _ERROR_PHASE:
+    if step.phase == ERROR:
         return CallbackReturnError(
             f"error callback {step.label} for event {step.event!r} returned {got}, but error "
             f"callbacks observe: they return None and the exception propagates. To recover "
             f"from the error, use around advice (obj.around) instead."
         )
     read = [ref.name for ref in getattr(step, "refs", ()) if ref.name != "return_value"]
-    if not names and step.phase == _POST_PHASE and read:
+    if not names and step.phase == POST and read:
         want = (f"None: a post callback reads the arguments ({', '.join(map(repr, read))}) but "
                 f"cannot replace them, the call is over")
         fix = "drop the return value, or take return_value to replace the result"

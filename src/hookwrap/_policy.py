@@ -1,0 +1,87 @@
+"""Dispatch policy both twins share, written once: the constants a plan is made
+of, the listener plan of a custom event, and the one rule "which callback runs"
+that every interpreter of a chain follows.
+
+Nothing here runs per call on the compiled path: ``_fast.pyx`` imports the
+strings and bounds, and compiles the numbers in as C constants
+(``_fast.pinned_constants()`` hands them back, and tests/test_implementation.py
+pins them to these). It imports nothing of
+hookwrap's, so every module can import it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, NamedTuple
+
+# How a join point receives the object callbacks see as their first argument.
+FUNCTION = 0  # plain function or staticmethod: no object
+METHOD = 1  # instance method: args[0] is the instance
+CLASSMETHOD = 2  # args[0] is the class
+
+# What an ArgRef reads from a call.
+POS_ONLY = 0
+POS_OR_KW = 1
+KW_ONLY = 2
+VAR_POS = 3
+VAR_KW = 4
+RETURN_VALUE = 5  # the result, given to post callbacks
+EXCEPTION = 6  # the exception, given to error callbacks
+
+# Phases of a Step.
+PRE = 0
+POST = 1
+AROUND = 2
+ERROR = 3
+
+MISSING = inspect.Parameter.empty
+# A callback may ask for at most this many arguments of the join point (the
+# compiled twin calls it from a fixed C array; both twins refuse more alike).
+MAX_CALLBACK_ARGS = 31
+# Plans (and the pure twin's runners) kept per chain for its call shapes (how many
+# positional arguments, which keyword names), and per custom event for the sets of
+# keywords emitted: the first this many. A call of another shape runs on the
+# general path (compiled: no plan; pure: no generated runner, whose keyword
+# names CPython 3.12+ would keep interned for good), keeping nothing, so a
+# program passing ever new keyword names (a dict of metrics as **kwargs) keeps
+# memory flat and stops paying for planning each new shape.
+MAX_CALL_SHAPES = 64
+STATE_KEY = "__hookwrap__"  # read as an attribute by the dispatch functions
+# Where a class keeps its record (``_owners.ClassRecord``).
+RECORD_ATTR = "__hookwrap_class__"
+# The pure twin stores a join point's dispatch function, which carries it here.
+JOIN_POINT_ATTR = "__hookwrap_join_point__"
+
+# Where a join point's chains come from (``_chains.Planner``); handed to each
+# JoinPoint when it is built, so the twins call no registry code by name.
+#   planner.type_chain(jp, tp) -> Chain         the chain for instances of tp
+#   planner.instance_chain(state, jp, type_chain) -> Chain
+#   planner.wrapped_runner(func) -> what runs the chain of a coroutine or generator
+#       function, run_wrapped(chain, func, obj, args, kwargs), or None
+
+
+def first_admitted(steps: tuple[Any, ...], index: int, obj: Any) -> int:
+    """The index of the first step from ``index`` on whose filter (every/once/when)
+    admits this call, or ``len(steps)``. Asking a filter counts the call, so each
+    is asked once per call, in order: around advice is skipped so (the
+    interpreters of a chain call this; the compiled twin's inline loop and the
+    generated runners are pinned to it by tests/test_differential.py)."""
+    n = len(steps)
+    while index < n:
+        gate = steps[index].gate
+        if gate is None or gate.admit(obj):
+            return index
+        index += 1
+    return n
+
+
+class EmitStep(NamedTuple):
+    """One listener of a custom event, planned for one call shape: ``take`` holds
+    the places (among the keywords emitted) of the ones it is passed, named
+    ``names``; None when it takes them all."""
+
+    fn: Callable[..., Any]
+    gate: Any
+    take: tuple[int, ...] | None
+    names: tuple[str, ...]
+    label: str
