@@ -8,7 +8,7 @@ from typing import Any
 
 from ._dispatch import JoinPoint, join_point_of
 from ._policy import FUNCTION, METHOD
-from ._owners import changed_function, class_record, lock
+from ._owners import class_record, function_record, lock
 from .errors import HookError, UnknownEventError, closest
 from ._events import PHASES, normalize
 from ._signature import JoinPointSpec
@@ -60,7 +60,7 @@ def name_join_point(value: Any, owner: type, name: str) -> None:
         jp.spec = None
         jp.forget_last_chain()
         if jp.tier is not None:
-            changed_function(jp)
+            function_record(jp).changed(None)
         jp.planner.named(jp, owner, name)  # as the compiled twin's __set_name__ does
 
 

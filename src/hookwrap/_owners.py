@@ -35,8 +35,6 @@ __all__ = [
     "ClassRecord",
     "Record",
     "changed_class",
-    "changed_function",
-    "changed_global",
     "class_record",
     "discard_class_record",
     "drop_chains",
@@ -55,13 +53,22 @@ lock = threading.RLock()
 
 
 class Record:
-    """The registrations of one owner, and the chains built from them."""
+    """The registrations of one owner, and the chains built from them. Every owner
+    of registrations (this, ClassRecord, the GLOBAL one, an instance's
+    _tiers.InstanceHooks) has ``registrations`` and ``changed(event)``: the one
+    place that invalidates what a change of them touches."""
 
     __slots__ = ("registrations", "chains", "__weakref__")
 
     def __init__(self) -> None:
         self.registrations: list[Any] = []  # options.Registration, in order
         self.chains: dict[Any, Any] = {}  # join point -> Chain
+
+    def changed(self, event: str | None) -> None:
+        """A function join point's registrations changed (it has one event): drop
+        its chains, building again those compiled code traced."""
+        with lock:
+            rebuild(traced_ones(self.drop_chains(None)))
 
     def drop_chains(self, event: str | None) -> list[tuple[Any, Any]]:
         dropped = drop_chains(self.chains, event)
@@ -127,6 +134,9 @@ class ClassRecord(Record):
         self.states: weakref.WeakSet[Any] = weakref.WeakSet()  # those instances' InstanceHooks
         self.emit_cache: dict[str, Any] = {}  # custom event -> listeners
 
+    def changed(self, event: str | None) -> None:
+        changed_class(self.cls, event)
+
     def drop(self, event: str | None) -> list[tuple[Any, Any, Any]]:
         """Drop the chains of ``event`` (None: all) built for this class and its
         instances; returns them for ``rebuild``."""
@@ -139,9 +149,26 @@ class ClassRecord(Record):
         return dropped
 
 
+class GlobalRecord(Record):
+    """The global tier's registrations (one, GLOBAL): they reach every record."""
+
+    __slots__ = ()
+
+    def changed(self, event: str | None) -> None:
+        """Every class's chains of ``event``, and every function join point's."""
+        with lock:
+            dropped: list[tuple[Any, Any, Any]] = []
+            for record in list(_records):
+                if isinstance(record, ClassRecord):
+                    dropped.extend(record.drop(event))
+                else:
+                    dropped.extend(traced_ones(record.drop_chains(event)))
+            rebuild(dropped)
+
+
 # Every record, weakly: a global registration reaches each of them.
 _records: weakref.WeakSet[Record] = weakref.WeakSet()
-GLOBAL = Record()
+GLOBAL = GlobalRecord()
 
 
 def is_builtin_type(cls: type) -> bool:
@@ -229,21 +256,3 @@ def changed_class(cls: type, event: str | None, structure: bool = False) -> None
             dropped.extend(record.drop(event))
         if not structure:  # weaving resets Dynamo instead
             rebuild(dropped)
-
-
-def changed_function(jp: Any) -> None:
-    with lock:
-        rebuild(traced_ones(function_record(jp).drop_chains(None)))
-
-
-def changed_global(event: str | None) -> None:
-    """The global tier changed for ``event``: every class's chains of it, and every
-    plain function join point's."""
-    with lock:
-        dropped: list[tuple[Any, Any, Any]] = []
-        for record in list(_records):
-            if isinstance(record, ClassRecord):
-                dropped.extend(record.drop(event))
-            else:
-                dropped.extend(traced_ones(record.drop_chains(event)))
-        rebuild(dropped)

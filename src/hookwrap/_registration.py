@@ -11,8 +11,7 @@ from ._checks import check_custom_callback, check_registration, fitting_step, pl
 from ._dispatch import join_point_of
 from ._policy import FUNCTION
 from ._joinpoints import all_join_points, has_join_points, spec_of
-from ._owners import (GLOBAL, changed_class, changed_function, changed_global, class_record, function_record,
-                      is_builtin_type, lock)
+from ._owners import GLOBAL, class_record, function_record, is_builtin_type, lock
 from ._tiers import instance_state, refuse_late_class_changes
 from .errors import HookError, UnknownEventError, closest, safe_repr
 from ._events import CUSTOM, PHASES, normalize, parse_event
@@ -37,11 +36,9 @@ class Removable:
         self.remove()
 
 
-# What invalidates the caches a registration changes, called with it when it is
-# added and when it leaves (None: the list does it, as an instance's does).
-Changed = Callable[[Registration], None] | None
-# Where a registration was stored: the list, the entry, and its Changed.
-Place = tuple[list[Any], Registration, Changed]
+# Where a registration was stored: its owner (an _owners.Record, or an instance's
+# _tiers.InstanceHooks: each has `registrations` and `changed(event)`), and the entry.
+Place = tuple[Any, Registration]
 
 
 def _remove_identical(entries: list[Any], entry: Any) -> bool:
@@ -73,23 +70,24 @@ class Handle(Removable):
 
     @property
     def active(self) -> bool:
-        return any(any(e is entry for e in entries) for entries, entry, _ in self._places)
+        return any(any(e is entry for e in owner.registrations) for owner, entry in self._places)
 
     def remove(self) -> None:
         with lock:
-            for entries, entry, changed in self._places:
-                if _remove_identical(entries, entry) and changed is not None:
-                    changed(entry)
+            for owner, entry in self._places:
+                if _remove_identical(owner.registrations, entry):
+                    owner.changed(entry.name)
 
     def __repr__(self) -> str:
         state = "active" if self.active else ("pending" if self._register else "removed")
-        events = ", ".join(entry[0] for _, entry, _ in self._places)
+        events = ", ".join(entry.event for _, entry in self._places)
         return f"<hookwrap.Handle {events or '-'} {state}>"
 
 
-def _add(entries: list[Any], new: list[Registration], changed: Changed) -> Handle:
-    """Append entries (under the lock); check their ordering; invalidate what they
-    change; return their handle."""
+def _add(owner: Any, new: list[Registration]) -> Handle:
+    """Append entries to ``owner``'s (under the lock); check their ordering; have the
+    owner invalidate what they change; return their handle."""
+    entries = owner.registrations
     with lock:
         entries.extend(new)
         try:
@@ -99,10 +97,9 @@ def _add(entries: list[Any], new: list[Registration], changed: Changed) -> Handl
             for e in new:
                 _remove_identical(entries, e)
             raise
-        if changed is not None:
-            for entry in new:
-                changed(entry)
-    return Handle([(entries, entry, changed) for entry in new])
+        for event in dict.fromkeys(entry.name for entry in new):
+            owner.changed(event)
+    return Handle([(owner, entry) for entry in new])
 
 
 def _target_label(target: Any) -> str:
@@ -143,8 +140,7 @@ def register_entries(target: Any, registrations: list[Registration], where: str)
             if registration.phase == CUSTOM or registration.name != normalize(jp.event):
                 raise _unknown_in_function(jp, registration, where)
             planned_step(registration, spec)
-        return _add(function_record(jp).registrations, registrations,
-                    lambda _: changed_function(jp))
+        return _add(function_record(jp), registrations)
     if jp is not None:  # a method join point: its class
         target = jp.owner
     if isinstance(target, type):
@@ -154,8 +150,7 @@ def register_entries(target: Any, registrations: list[Registration], where: str)
             check_registration(cls, registration, where)
         record = class_record(cls)
         assert record is not None
-        return _add(record.registrations, registrations,
-                    lambda entry: changed_class(cls, entry.name))
+        return _add(record, registrations)
     if any(r.phase != CUSTOM for r in registrations) and not has_join_points(type(target)):
         tp = type(target)
         fix = ("it is a built-in type: hook the Python code that uses it" if is_builtin_type(tp)
@@ -165,7 +160,7 @@ def register_entries(target: Any, registrations: list[Registration], where: str)
     refuse_late_class_changes(type(target))
     state = instance_state(target)
     assert state is not None
-    return _add(state.callbacks, registrations, None)
+    return _add(state, registrations)
 
 
 def register(target: Any, phase: str, event: Any, fn: Any, opts: dict[str, Any]) -> Handle:
@@ -212,4 +207,4 @@ def register_global(registrations: list[Registration], where: str) -> Handle:
         # It runs on the join points it fits (fitting_step) and must fit one.
         if all(fitting_step(registration, spec_of(jp)) is None for jp in matching):
             planned_step(registration, spec_of(matching[0]))  # raises why it does not fit
-    return _add(GLOBAL.registrations, registrations, lambda entry: changed_global(entry.name))
+    return _add(GLOBAL, registrations)

@@ -339,6 +339,15 @@ class InstanceHooks(HookState):
         self.callbacks = InstanceCallbackList(cls, callbacks, self)
 
     @property
+    def registrations(self) -> InstanceCallbackList:
+        """``obj.callbacks``, as every owner of registrations names them (_owners.Record)."""
+        return self.callbacks
+
+    def changed(self, event: str | None) -> None:
+        """Nothing to do: the list itself drops the chains a change touches, as
+        ``obj.callbacks`` is also changed directly (append, del, ...)."""
+
+    @property
     def ready(self) -> bool:
         """Its callbacks list is in place (not while that list is being built)."""
         return "callbacks" in self.__dict__
