@@ -4,6 +4,9 @@ Shipped callbacks name join points (``"loss"``, ``"evaluate"``) and values
 (an argument, ``return_value``, or a key of the mapping a join point returns).
 Everything is resolved against the target class when the callback is attached,
 so a misspelled event or a monitor the event never provides fails at once.
+
+Written on ``hookwrap.extend`` and the public API alone (as is all of
+hookwrap.torch): a callback of your own can do what these do.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from ..errors import CallbackSignatureError, HookError, closest
 from ..extend import JoinPointInfo, has_join_point, join_points, per_join_point, process_rank, reader
 
 __all__ = ["CountingCallback", "DefaultEvent", "ShippedCallback", "Source", "from_object", "is_rank_zero",
-           "per_join_point", "reader", "to_float", "whole_number"]
+           "to_float", "whole_number"]
 
 
 class DefaultEvent(str):

@@ -12,8 +12,8 @@ from typing import Any, Callable, Literal, overload
 
 from ..errors import HookError
 from .. import callback_state, load_callback_state
-from ..extend import JoinPointInfo, is_join_point, process_rank, stateful_callbacks
-from ._attach import DefaultEvent, from_object, is_rank_zero, per_join_point, reader, whole_number
+from ..extend import JoinPointInfo, is_join_point, per_join_point, process_rank, reader, stateful_callbacks
+from ._attach import DefaultEvent, from_object, is_rank_zero, whole_number
 from ._best import MonitoredCallback
 from .distributed import is_distributed, ranks_where, written_on_rank_zero
 from .readback import settle

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from typing import Any, Callable
 
 from ..errors import CallbackSignatureError
-from ..extend import JoinPointInfo
-from ._attach import CountingCallback, DefaultEvent, per_join_point, reader, whole_number
+from ..extend import JoinPointInfo, per_join_point, reader
+from ._attach import CountingCallback, DefaultEvent, whole_number
 from .distributed import is_distributed, per_rank, ranks_where
 from .readback import QueuesReadBacks, defers_decisions, shared
 
