@@ -113,16 +113,18 @@ def test_every_name_of_the_extension_api_exists_and_is_documented(ext):
     assert not undocumented, f"public-looking names missing from __all__: {undocumented}"
 
 
-def test_the_worked_example_of_the_module_docstring_runs_and_prints_what_it_says(ext):
-    code = re.search(r"```python\n(.*?)```", ext.__doc__, re.S).group(1)
-    expected = [line.split("# ", 1)[1] for line in code.splitlines() if line.lstrip().startswith("print(")]
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        exec(compile(code, "hookwrap.extend example", "exec"), {"__name__": "example"})
-    printed = out.getvalue().splitlines()
-    assert len(printed) == len(expected) == 3
-    for got, want in zip(printed, expected):
-        assert got.startswith(want.removesuffix(" ...")) if want.endswith("...") else got == want
+def test_the_worked_examples_of_the_module_docstring_run_and_print_what_they_say(ext):
+    examples = re.findall(r"```python\n(.*?)```", ext.__doc__, re.S)
+    assert len(examples) == 2
+    for index, code in enumerate(examples):
+        expected = [line.split("# ", 1)[1] for line in code.splitlines() if line.lstrip().startswith("print(")]
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(code, f"hookwrap.extend example {index}", "exec"), {"__name__": f"example_{index}"})
+        printed = out.getvalue().splitlines()
+        assert printed and len(printed) == len(expected)
+        for got, want in zip(printed, expected):
+            assert got.startswith(want.removesuffix(" ...")) if want.endswith("...") else got == want
 
 
 def test_importing_the_extension_api_does_not_import_torch():
@@ -245,6 +247,33 @@ def test_a_user_callback_refuses_a_misspelled_event_when_attached(hw, ext):
         Loop().add_callback(ValueLogger(event="post-loss"))
     with pytest.raises(hw.CallbackSignatureError, match="nope"):  # a value the join point lacks
         Loop().add_callback(ValueLogger(value="nope"))
+
+
+def test_a_user_callback_reads_the_exception_of_a_failing_call_which_still_propagates(hw, ext):
+    class Failures(hw.Callback):
+        def __init__(self) -> None:
+            self.failed: list[tuple[Any, str]] = []
+
+        def event_methods(self, target: Any) -> list[tuple[str, Any]]:
+            ext.join_points(target, "fit", where="Failures")
+            return [("error-fit", ext.reader(self.record, "error-", "exception", ("fit",)))]
+
+        def record(self, obj: Any, event: str, exception: BaseException) -> None:
+            self.failed.append((obj, f"{event}: {exception}"))
+
+    class Loop(hw.Hookable):
+        @hw.hookable
+        def fit(self, epochs: int) -> int:
+            if epochs < 0:
+                raise ValueError("negative epochs")
+            return epochs
+
+    loop, failures = Loop(), Failures()
+    loop.add_callback(failures)
+    assert loop.fit(2) == 2
+    with pytest.raises(ValueError, match="negative epochs"):
+        loop.fit(-1)
+    assert failures.failed == [(loop, "fit: negative epochs")]
 
 
 def test_per_join_point_reads_an_argument_on_one_join_point_and_an_attribute_on_another(hw, ext):

@@ -83,6 +83,59 @@ except hw.UnknownEventError as exc:
     print(exc)  # LossLogger: Loop has no join point 'los'. Did you mean 'loss'? ...
 ```
 
+A value read where each join point has it (as ``GradNorm(model="model")`` does):
+the argument ``model`` where the join point takes one, else the hooked object's
+attribute, chosen once per join point; a function with neither is refused when
+the callback is attached:
+
+```python
+import hookwrap as hw
+from hookwrap.extend import per_join_point, reader
+
+
+class ModelWatcher(hw.Callback):
+    def __init__(self, event="step"):
+        self.event = event
+        self.seen = []
+
+    def event_methods(self, target):
+        return [(f"post-{self.event}", per_join_point(self, "see", self.choose))]
+
+    def choose(self, jp):  # a JoinPointInfo, once per join point
+        if "model" in jp.arguments:
+            return reader(self.see, "post-", "model")
+        if not jp.has_object:
+            raise hw.CallbackSignatureError(f"ModelWatcher: {jp.where} has no argument 'model' and no object.")
+        return reader(self.see_attribute, "post-")
+
+    def see(self, obj, model):
+        self.seen.append(model)
+
+    def see_attribute(self, obj):
+        self.seen.append(obj.model)
+
+
+class Trainer(hw.Hookable):
+    model = "the trainer's model"
+
+    @hw.hookable
+    def step(self):
+        pass
+
+
+@hw.hookable
+def step(model):
+    pass
+
+
+trainer, watcher = Trainer(), ModelWatcher()
+trainer.add_callback(watcher)
+hw.add_callback(step, watcher)
+trainer.step()
+step("a model passed in")
+print(watcher.seen)  # ["the trainer's model", 'a model passed in']
+```
+
 Everything here is checked when the callback is attached, never per call: a
 reader costs what a function callback asking for the same argument costs.
 """
