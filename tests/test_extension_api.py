@@ -433,3 +433,10 @@ def test_bad_input_to_the_extension_api_is_refused_clearly(hw, ext):
     with pytest.raises(hw.UnknownEventError, match=r"mine: no join point 'no_such_join_point_anywhere' exists"):
         ext.join_points(None, "no_such_join_point_anywhere", where="mine")
     assert ext.has_join_point(Loop, "loss") and not ext.has_join_point(Loop, "los")
+
+    def plain(x: float) -> float:
+        return x
+
+    with pytest.raises(hw.UnknownEventError, match=r"'plain' has no join point 'loss'\. Its join points: \(none\)\. "
+                                                   r"Make its code hookable with @hookwrap.hookable"):
+        ext.join_points(plain, "loss")

@@ -234,6 +234,8 @@ def _found(target: Any, name: str, where: str) -> list[Any]:
                 f"{where}: {getattr(target, '__name__', target)!r} has no join point {name!r}."
                 + closest(name, events) + f" Its join points: {', '.join(events) or '(none)'}."
                 + _not_an_event(name)
+                + ("" if events else " Make its code hookable with @hookwrap.hookable, or with hookwrap.weave "
+                   "for code you cannot edit.")
             )
         return [jp]
     found = [jp for jp in all_join_points() if normalize(jp.event) == normalize(name)]
