@@ -52,7 +52,8 @@ class Callback:
         By default, its methods named after events (``post_loss`` -> ``"post-loss"``).
         Override it to choose events when attached: hookwrap.torch's callbacks
         attach to the events named in their constructor, and check them against
-        ``target`` here, so a bad name fails at attach time.
+        ``target`` here, so a bad name fails at attach time, with what
+        ``hookwrap.extend`` offers (``join_points``, ``reader``, ``per_join_point``).
         """
         return [(_event_string(phase, name), method)
                 for _, phase, name, method in callback_events(self)]

@@ -58,10 +58,12 @@ _SPECIAL = {POST: ("return_value", _RETURN_REF), ERROR: ("exception", _EXCEPTION
 class JoinPointSpec:
     """The parameters of a join point, with one ArgRef per name."""
 
-    __slots__ = ("event", "has_obj", "is_async", "obj_name", "refs", "returns_none", "where", "__weakref__")
+    __slots__ = ("event", "func", "has_obj", "is_async", "obj_name", "refs", "returns_none", "where",
+                 "__weakref__")
 
     def __init__(self, jp: Any) -> None:
         self.event: str = jp.event
+        self.func = jp.func  # what hookwrap.extend.JoinPointInfo.function shows
         self.where = _join_point_label(jp)
         self.has_obj = jp.binding != FUNCTION
         # Its callbacks may be awaited: an async def's, or an async generator's.

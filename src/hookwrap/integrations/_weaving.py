@@ -33,10 +33,9 @@ import threading
 from types import FunctionType
 from typing import Any, Callable
 
-from .._dispatch import join_point_of
-from .._registration import Removable
+from ..extend import Removable, is_join_point
 from ..errors import HookError, StopTraining
-from .._weave import weave
+from .. import weave
 
 __all__ = ["PresetHandle", "current_run", "routed", "running", "stage", "stop_while_running", "target_class"]
 
@@ -165,7 +164,7 @@ def stage(handle: PresetHandle, cls: type, event: str, attr: str, *,
     fn = _raw(cls, attr, where)
     if not isinstance(fn, FunctionType):
         raise HookError(f"{where}: {cls.__qualname__}.{attr} is a {type(fn).__name__}, not a method.")
-    if join_point_of(fn) is not None:
+    if is_join_point(fn):
         raise HookError(f"{where}: {cls.__qualname__}.{attr} is already a join point (woven by a preset or "
                         f"hookwrap.weave); remove that handle first, or weave once.")
     body = _body(fn)

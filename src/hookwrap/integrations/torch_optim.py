@@ -29,10 +29,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from .._dispatch import join_point_of
-from .._registration import Removable
+from ..extend import Removable, is_join_point
 from ..errors import HookError
-from .._weave import WeaveHandle, weave
+from .. import WeaveHandle, weave
 
 __all__ = ["OptimizerWeave", "weave_optimizers"]
 
@@ -59,7 +58,7 @@ class OptimizerWeave(Removable):
     def _weave_class(self, cls: type) -> None:
         if self._removed or cls in self.handles or "step" not in vars(cls):
             return
-        if join_point_of(vars(cls)["step"]) is not None:
+        if is_join_point(vars(cls)["step"]):
             return  # already hookable (@hw.hookable, or a weave of its own): left alone
         self.handles[cls] = weave(cls, "step") if self.event == "step" else weave(cls, **{self.event: "step"})
 

@@ -4,6 +4,9 @@ Shipped callbacks name join points (``"loss"``, ``"evaluate"``) and values
 (an argument, ``return_value``, or a key of the mapping a join point returns).
 Everything is resolved against the target class when the callback is attached,
 so a misspelled event or a monitor the event never provides fails at once.
+
+Written on ``hookwrap.extend`` and the public API alone (as is all of
+hookwrap.torch): a callback of your own can do what these do.
 """
 
 from __future__ import annotations
@@ -13,16 +16,12 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Callable, NamedTuple
 
-from .._callback import Callback
-from ..errors import CallbackSignatureError, HookError, UnknownEventError, closest
-from .._events import normalize
-from .._joinpoints import all_join_points, find_join_point, spec_of, target_join_points
-from .._options import process_rank
-from .._reader import per_join_point, reader
-from .._signature import JoinPointSpec
+from .. import Callback
+from ..errors import CallbackSignatureError, HookError, closest
+from ..extend import JoinPointInfo, has_join_point, join_points, per_join_point, process_rank, reader
 
 __all__ = ["CountingCallback", "DefaultEvent", "ShippedCallback", "Source", "from_object", "is_rank_zero",
-           "per_join_point", "reader", "to_float", "whole_number"]
+           "to_float", "whole_number"]
 
 
 class DefaultEvent(str):
@@ -53,45 +52,11 @@ class Source(NamedTuple):
             ) from None
 
 
-def _join_points(target: Any, name: str, where: str) -> list[Any]:
-    """The join points ``name`` reaches on ``target``: a class, a hookable function, a
-    module of them, or (``None``) every join point of that name, for the global tier."""
-    if isinstance(target, type):
-        return [find_join_point(target, name, where)]
-    if target is not None:
-        known = target_join_points(target)
-        jp = known.get(normalize(name))
-        if jp is None:
-            events = sorted(j.event for j in known.values())
-            raise UnknownEventError(
-                f"{where}: {getattr(target, '__name__', target)!r} has no join point {name!r}."
-                + closest(name, events) + f" Its join points: {', '.join(events) or '(none)'}."
-            )
-        return [jp]
-    found = [jp for jp in all_join_points() if normalize(jp.event) == normalize(name)]
-    if not found:
-        known_names = sorted({jp.event for jp in all_join_points()})
-        raise UnknownEventError(
-            f"{where}: no join point {name!r} exists." + closest(name, known_names)
-            + " Define or import the hookable code before attaching globally, or attach "
-            "to the object: hookwrap.add_callback(obj, cb)."
-        )
-    return found
-
-
-def has_join_point(target: Any, name: str) -> bool:
-    try:
-        _join_points(target, name, "")
-    except UnknownEventError:
-        return False
-    return True
-
-
-def _returned_keys(jp: Any) -> frozenset[str] | None:
+def _returned_keys(jp: JoinPointInfo) -> frozenset[str] | None:
     """The keys a join point's return annotation promises: a TypedDict's keys, none
     for a type that is not a mapping, ``None`` when the annotation does not say."""
     try:
-        hint = typing.get_type_hints(jp.func).get("return")
+        hint = typing.get_type_hints(jp.function).get("return")
     except Exception:  # unresolvable forward references: the annotation does not say
         return None
     if hint is None or hint is Any:
@@ -120,17 +85,16 @@ class ShippedCallback(Callback):
             return False
         if isinstance(event, DefaultEvent) and not has_join_point(target, event):
             return False
-        _join_points(target, event, self.where)
+        join_points(target, event, where=self.where)
         return True
 
     def find(self, target: Any, join_point: str, monitor: str) -> Source:
         """Resolve ``monitor`` on ``join_point``: an argument of that name, else
         ``return_value``, else a key of the returned mapping (checked against the return
         annotation where it says what comes back)."""
-        jps = _join_points(target, join_point, self.where)
-        specs: list[JoinPointSpec] = [spec_of(jp) for jp in jps]
+        jps = join_points(target, join_point, where=self.where)
         event = f"post-{jps[0].event}"
-        is_arg = [monitor in spec.refs for spec in specs]
+        is_arg = [monitor in jp.arguments for jp in jps]
         if all(is_arg):
             return Source(event, monitor, None)
         if any(is_arg):
@@ -143,14 +107,14 @@ class ShippedCallback(Callback):
         # Refused when no join point can provide it. The global tier reaches every
         # join point of that name, in classes unrelated to each other: one that can is enough.
         refusals = []
-        for jp, spec in zip(jps, specs):
+        for jp in jps:
             keys = _returned_keys(jp)
             if keys is not None and monitor not in keys:
                 said = f"keys: {', '.join(sorted(keys))}" if keys else "it is not a mapping"
                 refusals.append(HookError(
-                    f"{self.where}: {spec.where} never provides {monitor!r}. It is not one of its "
-                    f"arguments ({', '.join(spec.refs) or 'none'}), nor a key of what its return annotation "
-                    f"promises ({said})." + closest(monitor, list(spec.refs) + sorted(keys))
+                    f"{self.where}: {jp.where} never provides {monitor!r}. It is not one of its "
+                    f"arguments ({', '.join(jp.arguments) or 'none'}), nor a key of what its return annotation "
+                    f"promises ({said})." + closest(monitor, list(jp.arguments) + sorted(keys))
                     + " Pass monitor= an argument name, 'return_value', or a key it returns."
                 ))
         if len(refusals) == len(jps):
@@ -178,13 +142,13 @@ class ShippedCallback(Callback):
         return per_join_point(self, handler.__name__, choose)
 
     def _choose_value(self, handler_name: str, event: str, setting: str, what: str,
-                      extra: tuple[Any, ...], spec: Any) -> Any:
+                      extra: tuple[Any, ...], jp: JoinPointInfo) -> Any:
         handler = getattr(self, handler_name)
-        if setting in spec.refs:
+        if setting in jp.arguments:
             return reader(handler, event, setting, extra)
-        if not spec.has_obj:
+        if not jp.has_object:
             raise CallbackSignatureError(
-                f"{self.where}: {spec.where} has no argument {setting!r} to read the {what} from, "
+                f"{self.where}: {jp.where} has no argument {setting!r} to read the {what} from, "
                 f"and no object with such an attribute. Pass {what}= the {what} itself, or the "
                 f"name of the argument that carries it."
             )
@@ -233,7 +197,7 @@ def to_float(value: Any) -> float:
 
 def is_rank_zero() -> bool:
     """True unless this process is a torch.distributed rank other than 0."""
-    return process_rank()[0] == 0
+    return process_rank() == 0
 
 
 def from_object(obj: Any, value: Any, what: str, where: str) -> Any:

@@ -7,7 +7,8 @@ import math
 from typing import Any, Callable
 
 from ..errors import HookError
-from ._attach import CountingCallback, reader, Source, to_float
+from ..extend import reader
+from ._attach import CountingCallback, Source, to_float
 from .distributed import all_ranks_mean
 
 __all__ = ["Best", "MonitoredCallback"]

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any, Callable, Literal, overload
 
 from ..errors import HookError
-from .._options import process_rank
-from ._attach import DefaultEvent, from_object, is_rank_zero, per_join_point, reader, whole_number
+from .. import callback_state, load_callback_state
+from ..extend import JoinPointInfo, is_join_point, per_join_point, process_rank, reader, stateful_callbacks
+from ._attach import DefaultEvent, from_object, is_rank_zero, whole_number
 from ._best import MonitoredCallback
 from .distributed import is_distributed, ranks_where, written_on_rank_zero
 from .readback import settle
@@ -317,8 +318,8 @@ class Checkpoint(MonitoredCallback):
             pairs.append((f"pre-{event}", self.value_reader(self._hold, "pre-", setting, what, (what,))))
         return pairs
 
-    def _choose_default(self, setting: str, what: str, spec: Any) -> Any:
-        if setting in spec.refs:
+    def _choose_default(self, setting: str, what: str, jp: JoinPointInfo) -> Any:
+        if setting in jp.arguments:
             return reader(self._hold, "pre-", setting, (what,))
         return reader(self._ignore, "pre-")
 
@@ -605,16 +606,12 @@ def _check_fits(model: Any, saved: Any, where: str) -> None:
 
 
 def _functions(module: Any) -> list[Any]:
-    from .._dispatch import join_point_of
-
-    return [value for value in vars(module).values() if join_point_of(value) is not None]
+    return [value for value in vars(module).values() if is_join_point(value)]
 
 
 def _callback_state(target: Any) -> dict[str, Any]:
     """``hookwrap.callback_state`` of an object or hookable function; of a module,
     that of its hookable functions together."""
-    from .._state import callback_state
-
     if not isinstance(target, types.ModuleType):
         return callback_state(target)
     merged: dict[str, Any] = {}
@@ -624,8 +621,6 @@ def _callback_state(target: Any) -> dict[str, Any]:
 
 
 def _load_callback_state(target: Any, state: dict[str, Any], strict: bool) -> None:
-    from .._state import load_callback_state, stateful_callbacks
-
     if not isinstance(target, types.ModuleType):
         load_callback_state(target, state, strict=strict)
         return
@@ -703,5 +698,5 @@ def _gather(state: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _this_rank(states: list[dict[str, Any]]) -> dict[str, Any]:
-    rank = process_rank()[0]
+    rank = process_rank()
     return states[rank] if rank < len(states) else states[0]

@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable
 
-from ._attach import DefaultEvent, reader, CountingCallback, is_rank_zero, to_float, whole_number
+from ..extend import reader
+from ._attach import DefaultEvent, CountingCallback, is_rank_zero, to_float, whole_number
 from .readback import shared
 
 __all__ = ["MetricsLogger", "tensorboard_available"]

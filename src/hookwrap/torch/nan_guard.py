@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from typing import Any, Callable
 
 from ..errors import CallbackSignatureError
-from ._attach import CountingCallback, DefaultEvent, per_join_point, reader, whole_number
+from ..extend import JoinPointInfo, per_join_point, reader
+from ._attach import CountingCallback, DefaultEvent, whole_number
 from .distributed import is_distributed, per_rank, ranks_where
 from .readback import QueuesReadBacks, defers_decisions, shared
 
@@ -112,14 +113,14 @@ class NanGuard(QueuesReadBacks, CountingCallback):
                 pairs.append((f"error-{self.fit_event}", reader(self.failed_fit, "error-", "exception")))
         return pairs
 
-    def _choose(self, event: str, spec: Any) -> Any:
+    def _choose(self, event: str, jp: JoinPointInfo) -> Any:
         """The value watched on one join point: its ``argument`` (``loss``: accelerate's
         ``backward(loss)``) where it has one, else what it returns."""
-        if self.argument in spec.refs:
+        if self.argument in jp.arguments:
             return reader(self.check_argument, "post-", self.argument, (event,))
-        if spec.returns_none:
+        if jp.returns_none:
             raise CallbackSignatureError(
-                f"NanGuard: {spec.where} returns None and has no argument {self.argument!r}, so "
+                f"NanGuard: {jp.where} returns None and has no argument {self.argument!r}, so "
                 f"there is nothing to check. Watch the join point that computes the loss, or "
                 f"pass argument= the name of the argument that carries it."
             )

@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from typing import Any, Callable
 
 from ..errors import HookError
-from ._attach import DefaultEvent, reader, ShippedCallback, to_float, whole_number
+from ..extend import reader
+from ._attach import DefaultEvent, ShippedCallback, to_float, whole_number
 from .readback import QueuesReadBacks, shared
 
 __all__ = ["ProgressBar"]

@@ -8,7 +8,8 @@ from collections import deque
 from typing import Any, Callable
 
 from ..errors import HookError
-from ._attach import reader, ShippedCallback
+from ..extend import reader
+from ._attach import ShippedCallback
 
 __all__ = ["StepTimer"]
 
