@@ -22,7 +22,9 @@ __all__ = ["Handle", "Removable", "register", "register_entries", "register_glob
 
 
 class Removable:
-    """Undone by ``remove()``; also a context manager that removes on exit."""
+    """Base of every handle hookwrap returns: ``remove()`` undoes what made it and
+    returns None (hookwrap's own handles may be removed twice: the second does
+    nothing); ``with handle:`` removes on exit. Subclass it and define ``remove()``."""
 
     __slots__ = ()
 
