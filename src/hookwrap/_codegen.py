@@ -25,16 +25,14 @@ from typing import Any, Callable, cast
 from ._policy import (
     CLASSMETHOD,
     FUNCTION,
-    KW_ONLY,
     METHOD,
-    MISSING,
-    POS_ONLY,
-    POS_OR_KW,
     POST,
     PRE,
-    RETURN_VALUE,
+    SLOT_DEFAULT,
+    SLOT_RESULT,
     STATE_KEY,
     EmitStep,
+    step_slots,
 )
 from .errors import emit_return_error as _emit_return_error
 from .errors import note_callback as _note_callback
@@ -205,19 +203,19 @@ def runner(chain: Any, nargs: int, kwnames: tuple[str, ...], call_around: Any) -
             tag = f"{'P' if phase == PRE else 'Q'}{i}"
             ns[f"S{tag}"], ns[f"F{tag}"], ns[f"G{tag}"] = step, step.fn, step.gate
             ns[f"N{tag}"] = tuple(ref.name for ref in step.refs)
+            slots = step_slots(step, phase, nargs, kwnames)
+            if slots is None:
+                return False  # *args/**kwargs, or an argument not passed: the general path
+            locals_ = names + list(keywords.values())  # slot i: the call's i-th value
             exprs = []
-            for j, ref in enumerate(step.refs):
-                if ref.kind == RETURN_VALUE:
+            for j, slot in enumerate(slots):
+                if slot == SLOT_RESULT:
                     exprs.append("result")
-                elif ref.kind in (POS_ONLY, POS_OR_KW) and ref.index < nargs:
-                    exprs.append(names[ref.index])
-                elif ref.kind in (POS_OR_KW, KW_ONLY) and ref.name in keywords:
-                    exprs.append(keywords[ref.name])
-                elif ref.kind <= KW_ONLY and phase == POST and ref.default is not MISSING:
-                    ns[f"D{tag}_{j}"] = ref.default
+                elif slot == SLOT_DEFAULT:
+                    ns[f"D{tag}_{j}"] = step.refs[j].default
                     exprs.append(f"D{tag}_{j}")
                 else:
-                    return False  # not passed positionally, *args/**kwargs: general path
+                    exprs.append(locals_[slot])
             n_kw = len(step.kwnames)
             positional = exprs[: len(exprs) - n_kw]
             keyword = [f"{name}={expr}" for name, expr in zip(step.kwnames, exprs[len(exprs) - n_kw:])]

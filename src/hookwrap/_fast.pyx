@@ -31,6 +31,7 @@ from types import MethodType
 
 from ._policy import MAX_CALL_SHAPES  # the bound on plans per chain or event (see there)
 from ._policy import MISSING, RECORD_ATTR, STATE_KEY
+from ._policy import step_slots as _step_slots
 from ._fast_py import emitter as _pure_emitter
 
 from .errors import note_callback as _note_callback
@@ -128,6 +129,7 @@ def pinned_constants():
         "VAR_POS": C_VAR_POS, "VAR_KW": C_VAR_KW, "RETURN_VALUE": C_RETURN_VALUE,
         "EXCEPTION": C_EXCEPTION, "PRE": C_PRE, "POST": C_POST, "AROUND": C_AROUND,
         "ERROR": C_ERROR, "MAX_CALLBACK_ARGS": MAX_STACK - 1,  # the C array also holds the object
+        "SLOT_DEFAULT": SLOT_DEFAULT, "SLOT_RESULT": SLOT_RESULT,
     }
 
 
@@ -397,7 +399,7 @@ cdef class Chain:
 # Anything else (var-args, error advice, a pre callback replacing an argument
 # the caller did not pass) takes the general path.
 
-cdef enum:
+cdef enum:  # _policy.step_slots's marks
     SLOT_DEFAULT = -1
     SLOT_RESULT = -2
 
@@ -433,8 +435,7 @@ cdef _ShapePlan _plan_shape(Chain chain, Py_ssize_t nargs, object kwnames):
     cdef _ShapePlan plan = _ShapePlan.__new__(_ShapePlan)
     cdef _StepShape shape
     cdef Step step
-    cdef ArgRef ref
-    cdef Py_ssize_t i, slot
+    cdef Py_ssize_t i
     cdef tuple names = kwnames if kwnames is not None else ()
     plan.nargs = nargs
     plan.kwnames = kwnames
@@ -455,26 +456,12 @@ cdef _ShapePlan _plan_shape(Chain chain, Py_ssize_t nargs, object kwnames):
                 shape.bound_to = None
             shape.n = len(step.refs)
             shape.nkw = len(step.kwnames)
-            defaults = []
+            slots = _step_slots(step, phase, nargs, names)
+            if slots is None:
+                return plan  # the general path
             for i in range(shape.n):
-                ref = step.refs[i]
-                if ref.kind == C_RETURN_VALUE:
-                    slot = SLOT_RESULT
-                elif ref.kind > C_KW_ONLY:
-                    return plan  # *args, **kwargs, exception: general path
-                elif ref.kind != C_KW_ONLY and ref.index < nargs:
-                    slot = ref.index
-                elif ref.kind != C_POS_ONLY and ref.name in names:
-                    slot = nargs + names.index(ref.name)
-                else:
-                    # Not passed by the caller: read its default. A pre callback
-                    # replacing it would need a new keyword: general path.
-                    if phase == C_PRE or ref.default is MISSING:
-                        return plan
-                    slot = SLOT_DEFAULT
-                shape.slots[i] = slot
-                defaults.append(ref.default)
-            shape.defaults = tuple(defaults)
+                shape.slots[i] = slots[i]
+            shape.defaults = tuple([r.default for r in step.refs])
             shape.names = tuple([r.name for r in step.refs])
             out.append(shape)
         shaped[phase] = tuple(out)

@@ -40,14 +40,13 @@ from ._policy import (
     EmitStep,
     first_admitted,
 )
-
-from .errors import note_callback as _note_callback
-from .errors import emit_return_error as _emit_return_error
+from .errors import StopTraining as _StopTraining
 from .errors import check_var_value as _check_var_value
+from .errors import emit_return_error as _emit_return_error
 from .errors import missing_argument as _missing_argument
+from .errors import note_callback as _note_callback
 from .errors import proceed_twice as _proceed_twice
 from .errors import return_error as _return_error
-from .errors import StopTraining as _StopTraining
 
 _OBJECT_GETATTRIBUTE: Any = object.__getattribute__  # an instance's own attribute, whatever its class's
 

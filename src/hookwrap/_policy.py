@@ -60,6 +60,35 @@ JOIN_POINT_ATTR = "__hookwrap_join_point__"
 #       function, run_wrapped(chain, func, obj, args, kwargs), or None
 
 
+# A call shape's plan (_fast._plan_shape, _codegen.runner): where each argument a
+# step names is found in a call with `nargs` positional arguments then the
+# keywords `kwnames`: its place among them (0 ..), or one of these.
+SLOT_DEFAULT = -1  # not passed: its default (post callbacks only)
+SLOT_RESULT = -2  # the join point's result
+
+
+def step_slots(step: Any, phase: int, nargs: int, kwnames: tuple[str, ...]) -> tuple[int, ...] | None:
+    """The slots of ``step``'s arguments (see SLOT_DEFAULT) in a call of this shape,
+    or None where the call needs the general path: a ``*args``/``**kwargs`` or
+    ``exception`` argument, one not passed without a default, or one not passed
+    that a pre callback would replace (which would need a new keyword)."""
+    slots = []
+    for ref in step.refs:
+        if ref.kind == RETURN_VALUE:
+            slots.append(SLOT_RESULT)
+        elif ref.kind > KW_ONLY:
+            return None
+        elif ref.kind != KW_ONLY and ref.index < nargs:
+            slots.append(ref.index)
+        elif ref.kind != POS_ONLY and ref.name in kwnames:
+            slots.append(nargs + kwnames.index(ref.name))
+        elif phase == PRE or ref.default is MISSING:
+            return None
+        else:
+            slots.append(SLOT_DEFAULT)
+    return tuple(slots)
+
+
 def first_admitted(steps: tuple[Any, ...], index: int, obj: Any) -> int:
     """The index of the first step from ``index`` on whose filter (every/once/when)
     admits this call, or ``len(steps)``. Asking a filter counts the call, so each
