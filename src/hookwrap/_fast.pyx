@@ -716,7 +716,7 @@ cdef class JoinPoint(_BindsLikeAFunction):
     cdef public object run_wrapped  # see the planner's wrapped_runner
     cdef public object planner
     cdef public object spec  # its parameters, read once (signature.JoinPointSpec)
-    cdef public object tier  # registrations on this function itself (_owners.Record)
+    cdef public object record  # registrations on this function itself (_owners.Record)
     cdef Chain _chain  # the chain of the last class it ran for
     cdef dict __dict__
     cdef object __weakref__

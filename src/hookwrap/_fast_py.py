@@ -259,7 +259,7 @@ class JoinPoint:
     """
 
     __slots__ = ("func", "event", "explicit_event", "binding", "owner", "attr_name",
-                 "is_async", "run_wrapped", "planner", "spec", "tier", "_chain", "_dispatch", "_codes",
+                 "is_async", "run_wrapped", "planner", "spec", "record", "_chain", "_dispatch", "_codes",
                  "__dict__", "__weakref__")
 
     def __init__(self, func: Callable[..., Any], event: str | None, binding: int,
@@ -276,7 +276,7 @@ class JoinPoint:
         self.run_wrapped = planner.wrapped_runner(func)  # a coroutine or generator's, else None
         self.planner = planner
         self.spec: Any = None  # its parameters, read once (signature.JoinPointSpec)
-        self.tier: Any = None  # registrations on this function itself (_owners.Record)
+        self.record: Any = None  # registrations on this function itself (_owners.Record)
         self._chain = _NO_CHAIN  # the chain of the last class it ran for
         self._dispatch, self._codes = _make_dispatch(self)
         self._dispatch.__dict__ = self.__dict__

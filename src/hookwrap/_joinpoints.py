@@ -59,7 +59,7 @@ def name_join_point(value: Any, owner: type, name: str) -> None:
         # function: what was planned for that reads `self` as an argument.
         jp.spec = None
         jp.forget_last_chain()
-        if jp.tier is not None:
+        if jp.record is not None:
             function_record(jp).changed(None)
         jp.planner.named(jp, owner, name)  # as the compiled twin's __set_name__ does
 

@@ -7,8 +7,8 @@ that would keep that thing alive.
   the collector frees with the class; a module-level dict or a
   ``WeakKeyDictionary`` would not be (a value that refers to its key, such as a
   callback method using ``super()``, keeps the key alive);
-* a plain function join point: a ``Record`` in ``jp.tier``;
-* an instance: ``InstanceHooks`` in its own attribute ``__hookwrap__`` (``_tiers``);
+* a plain function join point: a ``Record`` in ``jp.record``;
+* an instance: ``InstanceRecord`` in its own attribute ``__hookwrap__`` (``_tiers``);
 * the global tier: ``GLOBAL``.
 
 A registration changes one owner and invalidates only the caches that read it
@@ -55,7 +55,7 @@ lock = threading.RLock()
 class Record:
     """The registrations of one owner, and the chains built from them. Every owner
     of registrations (this, ClassRecord, the GLOBAL one, an instance's
-    _tiers.InstanceHooks) has ``registrations`` and ``changed(event)``: the one
+    _tiers.InstanceRecord) has ``registrations`` and ``changed(event)``: the one
     place that invalidates what a change of them touches."""
 
     __slots__ = ("registrations", "chains", "__weakref__")
@@ -131,7 +131,7 @@ class ClassRecord(Record):
         # Its own __getattribute__ (a proxy) may answer `obj.__hookwrap__` for another
         # object: the pure twin reads its instances' state with object's.
         self.own_getattribute = getattr(cls, "__getattribute__") is not object.__getattribute__
-        self.states: weakref.WeakSet[Any] = weakref.WeakSet()  # those instances' InstanceHooks
+        self.states: weakref.WeakSet[Any] = weakref.WeakSet()  # those instances' InstanceRecord
         self.emit_cache: dict[str, Any] = {}  # custom event -> listeners
 
     def changed(self, event: str | None) -> None:
@@ -205,12 +205,12 @@ def class_record(cls: type, create: bool = True) -> ClassRecord | None:
 
 def function_record(jp: Any) -> Record:
     """The record of a plain function join point (its own registrations)."""
-    if jp.tier is None:
+    if jp.record is None:
         with lock:
-            if jp.tier is None:
-                jp.tier = Record()
-                _records.add(jp.tier)
-    return jp.tier  # type: ignore[no-any-return]
+            if jp.record is None:
+                jp.record = Record()
+                _records.add(jp.record)
+    return jp.record  # type: ignore[no-any-return]
 
 
 def discard_class_record(cls: type) -> None:

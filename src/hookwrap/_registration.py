@@ -39,7 +39,7 @@ class Removable:
 
 
 # Where a registration was stored: its owner (an _owners.Record, or an instance's
-# _tiers.InstanceHooks: each has `registrations` and `changed(event)`), and the entry.
+# _tiers.InstanceRecord: each has `registrations` and `changed(event)`), and the entry.
 Place = tuple[Any, Registration]
 
 

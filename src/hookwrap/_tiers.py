@@ -44,7 +44,7 @@ __all__ = [
     "ClassCallbacksAttribute",
     "Entry",
     "InstanceCallbackList",
-    "InstanceHooks",
+    "InstanceRecord",
     "Source",
     "callback_methods",
     "can_hold_state",
@@ -228,7 +228,7 @@ class InstanceCallbackList(list):  # type: ignore[type-arg]
     def __init__(self, cls: type, items: Iterable[Any] = (), state: Any = None) -> None:
         super().__init__()
         self._cls = cls
-        self._state = state  # the InstanceHooks whose chains a change drops
+        self._state = state  # the InstanceRecord whose chains a change drops
         self.extend(items)
 
     def _check(self, item: Any) -> Any:
@@ -322,9 +322,9 @@ class InstanceCallbackList(list):  # type: ignore[type-arg]
         return (InstanceCallbackList, (self._cls, list(self)))
 
 
-class InstanceHooks(HookState):
-    """Per-instance state (the instance's attribute ``STATE_KEY``): the instance tier
-    and its chain cache."""
+class InstanceRecord(HookState):
+    """What hookwrap keeps about one instance (its own attribute ``STATE_KEY``): the
+    instance tier's registrations (``obj.callbacks``) and its chain cache."""
 
     def __init__(self, cls: type, callbacks: Iterable[Any] = ()) -> None:
         super().__init__()
@@ -373,16 +373,19 @@ class InstanceHooks(HookState):
                     f"before saving (handle.remove(), or obj.callbacks.clear()), or save the "
                     f"weights alone: torch.save(obj.state_dict(), path)."
                 )
-        return (InstanceHooks, (self.cls, list(self.callbacks)))
+        return (InstanceRecord, (self.cls, list(self.callbacks)))
 
-    def __copy__(self) -> InstanceHooks:
+    def __copy__(self) -> InstanceRecord:
         # The same callbacks, each with filters of its own (every/once counters go on
         # from where they are, apart from the original's).
-        return InstanceHooks(self.cls, [_with_own_filters(entry) for entry in self.callbacks])
+        return InstanceRecord(self.cls, [_with_own_filters(entry) for entry in self.callbacks])
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> InstanceHooks:
+    def __deepcopy__(self, memo: dict[int, Any]) -> InstanceRecord:
         # Copying is not pickling: a lambda callback is copied as it is.
-        return InstanceHooks(self.cls, copy.deepcopy(list(self.callbacks), memo))
+        return InstanceRecord(self.cls, copy.deepcopy(list(self.callbacks), memo))
+
+
+InstanceHooks = InstanceRecord  # its name in 0.1.0: objects pickled by it still load
 
 
 def _with_own_filters(entry: Any) -> Any:
@@ -399,7 +402,7 @@ def can_hold_state(obj: Any) -> bool:
     return bool(type(obj).__dictoffset__) or hasattr(obj, "__dict__")
 
 
-def instance_state(obj: Any, create: bool = True) -> InstanceHooks | None:
+def instance_state(obj: Any, create: bool = True) -> InstanceRecord | None:
     tp = type(obj)
     if not tp.__dictoffset__ and not hasattr(obj, "__dict__"):
         raise HookError(
@@ -412,9 +415,9 @@ def instance_state(obj: Any, create: bool = True) -> InstanceHooks | None:
         with lock:
             state = _own_state(obj)
             if state is None:
-                state = InstanceHooks(tp)
+                state = InstanceRecord(tp)
                 _store_state(obj, state)
-    return cast("InstanceHooks | None", state)
+    return cast("InstanceRecord | None", state)
 
 
 # An object's state is read and stored without asking for its __dict__: on
@@ -430,7 +433,7 @@ def _own_state(obj: Any) -> Any:
         return None
 
 
-def _store_state(obj: Any, state: InstanceHooks) -> None:
+def _store_state(obj: Any, state: InstanceRecord) -> None:
     try:
         object.__setattr__(obj, STATE_KEY, state)  # not its class's __setattr__
     except TypeError:  # a C base with a setattr of its own, which object's cannot bypass
@@ -461,8 +464,8 @@ def entries_for(event: str, custom: bool, tp: Any, jp: Any, state: Any) -> list[
 
     core = pick_entries(class_entries(tp)) if isinstance(tp, type) else []
     user: list[Entry] = []
-    if jp is not None and jp.tier is not None:
-        user += pick(jp.tier.registrations, FUNCTION_TIER)
+    if jp is not None and jp.record is not None:
+        user += pick(jp.record.registrations, FUNCTION_TIER)
     if state is not None:
         user += pick(state.callbacks, INSTANCE)
     return core + user + pick(GLOBAL.registrations, GLOBAL_TIER)

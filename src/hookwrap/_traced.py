@@ -128,7 +128,7 @@ def traced_dispatch(jp: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
     if binding == FUNCTION:
         obj = None
         tp = jp.owner
-        record = jp.tier if tp is None else tp.__dict__.get(RECORD_ATTR)
+        record = jp.record if tp is None else tp.__dict__.get(RECORD_ATTR)
     elif args:
         obj = args[0]
         tp = obj if binding == CLASSMETHOD else type(obj)
