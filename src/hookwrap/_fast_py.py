@@ -39,6 +39,7 @@ from ._policy import (
     VAR_POS,
     EmitStep,
     first_admitted,
+    run_steps,
 )
 from .errors import StopTraining as _StopTraining
 from .errors import check_var_value as _check_var_value
@@ -429,31 +430,21 @@ def _run_owned(chain: Chain, func: Callable[..., Any], obj: Any, args: list[Any]
 
 def _run_main(chain: Chain, func: Callable[..., Any], obj: Any, args: list[Any],
               kwargs: dict[str, Any]) -> Any:
-    for step in chain.pre:
-        if step.gate is None or step.gate.admit(obj):
-            raw = step.invoke(obj, args, kwargs, None)
-            step.absorb(obj, args, kwargs, raw, None)
+    run_steps(chain.pre, obj, args, kwargs, None)
     if chain.around:
         # Around advice sees the call's own arguments, without the object.
         result = call_around(chain.around, 0, func, obj,
                              tuple(args[1:] if chain.around[0].pass_obj else args), kwargs)
     else:
         result = func(*args, **kwargs)
-    for step in chain.post:
-        if step.gate is None or step.gate.admit(obj):
-            raw = step.invoke(obj, args, kwargs, result)
-            result = step.absorb(obj, args, kwargs, raw, result)
-    return result
+    return run_steps(chain.post, obj, args, kwargs, result)
 
 
 def _run_error_steps(chain: Chain, obj: Any, args: list[Any], kwargs: dict[str, Any],
                     exc: BaseException) -> None:
     if isinstance(exc, _StopTraining):  # control flow, not a failure
         return
-    for step in chain.error:
-        if step.gate is None or step.gate.admit(obj):
-            raw = step.invoke(obj, args, kwargs, exc)
-            step.absorb(obj, args, kwargs, raw, None)
+    run_steps(chain.error, obj, args, kwargs, exc)
 
 
 def call_around(around: tuple[Step, ...], index: int, func: Callable[..., Any], obj: Any,

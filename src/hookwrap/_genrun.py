@@ -12,18 +12,12 @@ from __future__ import annotations
 
 from typing import Any, AsyncGenerator, Callable, Generator
 
-from ._dispatch import call_around
 from ._asyncrun import call_around_async, run_steps_async
+from ._dispatch import call_around
+from ._policy import run_steps
 from .errors import StopTraining
 
 __all__ = ["run_chain_async_generator", "run_chain_generator"]
-
-
-def _run_steps(steps: Any, obj: Any, args: list[Any], kwargs: dict[str, Any], result: Any) -> Any:
-    for step in steps:
-        if step.gate is None or step.gate.admit(obj):
-            result = step.absorb(obj, args, kwargs, step.invoke(obj, args, kwargs, result), result)
-    return result
 
 
 def _call(chain: Any, func: Callable[..., Any], obj: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
@@ -36,12 +30,12 @@ def _call(chain: Any, func: Callable[..., Any], obj: Any, args: list[Any], kwarg
 def run_chain_generator(chain: Any, func: Callable[..., Any], obj: Any, args: list[Any],
                         kwargs: dict[str, Any]) -> Generator[Any, Any, Any]:
     try:
-        _run_steps(chain.pre, obj, args, kwargs, None)
+        run_steps(chain.pre, obj, args, kwargs, None)
         returned = yield from _call(chain, func, obj, args, kwargs)  # send() and throw() reach it
-        return _run_steps(chain.post, obj, args, kwargs, returned)
+        return run_steps(chain.post, obj, args, kwargs, returned)
     except Exception as exc:
         if chain.error and not isinstance(exc, StopTraining):
-            _run_steps(chain.error, obj, args, kwargs, exc)
+            run_steps(chain.error, obj, args, kwargs, exc)
         raise
 
 

@@ -104,6 +104,18 @@ def first_admitted(steps: tuple[Any, ...], index: int, obj: Any) -> int:
     return n
 
 
+def run_steps(steps: tuple[Any, ...], obj: Any, args: list[Any], kwargs: dict[str, Any],
+              result: Any) -> Any:
+    """Run the steps of one phase in order, those their filter admits, each applying
+    the return contract (``Step.absorb``) to what it returned; returns the result
+    (``result`` as the post callbacks left it; pre and error steps leave it as is).
+    The interpreter every general path shares: either twin's Steps run on it."""
+    for step in steps:
+        if step.gate is None or step.gate.admit(obj):
+            result = step.absorb(obj, args, kwargs, step.invoke(obj, args, kwargs, result), result)
+    return result
+
+
 class EmitStep(NamedTuple):
     """One listener of a custom event, planned for one call shape: ``take`` holds
     the places (among the keywords emitted) of the ones it is passed, named
