@@ -164,3 +164,32 @@ def test_review_stateful_callbacks_refuses_what_has_no_join_points(hw, ext, targ
     # to attach to." It returns {}.
     with pytest.raises(hw.HookError):
         ext.stateful_callbacks(target)
+
+
+def test_review_evicting_a_generated_source_does_not_break_a_traceback_being_formatted(hw, monkeypatch):
+    # CPython 3.11/3.12's linecache.getlines does `if name in cache: ... cache[name][2]`
+    # without a lock; _codegen._define pops the oldest name from that shared dict
+    # from whatever thread plans a new shape. This replays that interleaving
+    # deterministically: another thread's planning evicts the very source a
+    # traceback is being formatted from, and formatting raises KeyError.
+    if hw.USING_EXTENSION:
+        pytest.skip("the compiled twin generates no code")
+    codegen = hw._codegen
+    target = codegen._define("def run():\n    raise ValueError('x')\n", "review race", {}, "run")
+    filename = target.__code__.co_filename
+    evicted: list[int] = []
+
+    class Interleaved(dict):  # type: ignore[type-arg]
+        def __contains__(self, key: object) -> bool:
+            found = super().__contains__(key)
+            if found and key == filename and not evicted:
+                evicted.append(1)  # "another thread" plans new shapes now
+                for i in range(codegen._SOURCES_KEPT + 1):
+                    codegen._define(f"def run():\n    return {i}\n", f"review race other {i}", {}, "run")
+            return found
+
+    monkeypatch.setattr(linecache, "cache", Interleaved(linecache.cache))
+    with pytest.raises(ValueError) as info:
+        target()
+    text = "".join(traceback.format_exception(info.value))  # must not raise KeyError
+    assert "ValueError" in text and evicted
