@@ -53,6 +53,7 @@ def _define(source: str, what: str, ns: dict[str, Any], name: str) -> Any:
     """Run the generated ``source`` in ``ns`` and return its ``name``; the source
     is registered with linecache as ``<hookwrap WHAT #digest>`` (the digest keeps
     two different sources of one description apart)."""
+    what = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in what)  # a file name: no NUL, newline
     digest = hashlib.blake2s(source.encode(), digest_size=4).hexdigest()
     filename = f"<hookwrap {what} #{digest}>"
     exec(compile(source, filename, "exec"), ns)  # noqa: S102 - generated from plans

@@ -219,6 +219,7 @@ def discard_class_record(cls: type) -> None:
         record = cls.__dict__.get(RECORD_ATTR)
         if record is not None:
             record.drop(None)
+            record.registrations.clear()  # they go with it: their handles say so
             type.__delattr__(cls, RECORD_ATTR)
             if STATE_KEY in cls.__dict__ and cls.__dict__[STATE_KEY] is None:  # class_record's
                 type.__delattr__(cls, STATE_KEY)
