@@ -20,9 +20,10 @@ from typing import Any, Callable
 from ._dispatch import join_point_of
 from ._joinpoints import all_join_points, declared_custom_events, target_join_points
 from ._registration import Handle, register_entries, register_global
-from .errors import HookError, UnknownEventError, closest, safe_repr
+from .errors import CallbackSignatureError, HookError, UnknownEventError, closest, safe_repr
 from ._events import CUSTOM, PHASES, callback_object_event, normalize, parse_event
 from ._options import Options, Registration, make_options
+from ._reader import READER_PHASE_ATTR
 
 __all__ = ["Callback", "NotACallbackError", "add_callback", "callback_events", "register_global_callback"]
 
@@ -212,6 +213,13 @@ def _event_methods(cb: Callback, target: Any, where: str) -> list[tuple[Any, Any
                 and callable(pair[1])):
             raise HookError(f"{label}() returned {safe_repr(pair)} in its list; each item must be an "
                             f"(event, callable) pair like ('pre-step', self.pre_step).")
+        made_for = getattr(pair[1], "__dict__", {}).get(READER_PHASE_ATTR)
+        if made_for is not None and parse_event(pair[0], label)[0] != made_for:
+            raise CallbackSignatureError(
+                f"{label}() pairs event {pair[0]!r} with a reader made for {made_for}- events "
+                f"({getattr(pair[1], '__qualname__', pair[1])}); make it for that event: "
+                f"reader(handler, {pair[0]!r}, ...)."
+            )
     return pairs
 
 

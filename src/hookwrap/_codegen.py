@@ -1,5 +1,5 @@
-"""The pure twin's generated code: dispatch functions, and straight-line
-runners for a chain's call shapes and a custom event's listeners.
+"""Generated code: the pure twin's dispatch functions and straight-line runners
+for a chain's call shapes, and (both twins) a custom event's listeners.
 
 A per-call interpreter loop over plans costs ~20x a hand-written loop in pure
 Python; code generated from the plan (as attrs and dataclasses generate their
@@ -7,10 +7,11 @@ methods) costs about what the hand loop does. ``_fast_py`` holds the per-call
 semantics as plain Python (``Step.invoke``/``absorb``, ``call_around``): these
 generators write the same rules out for one plan, and tests/test_differential.py
 pins them to it. Every generated source is registered with ``linecache`` under
-a name that says what it runs, so a traceback through it shows its lines.
+a name that says what it runs, so a traceback or pdb through it shows its lines.
 
 Nothing here runs per call: code is generated when a chain first sees a call
-shape (at most MAX_CALL_SHAPES per chain), and only by the pure twin.
+shape (at most MAX_CALL_SHAPES per chain), or an event a set of keywords (the
+compiled twin's emit runs on these runners under torch.compile).
 """
 
 from __future__ import annotations
@@ -41,30 +42,31 @@ from .errors import return_error as _return_error
 
 __all__ = ["NOT_PASSED", "dispatcher", "emit_runner", "runner", "slot_count"]
 
-# Generated sources kept in linecache, oldest first: a program re-planning its
-# chains without end (registering and removing callbacks in a loop) keeps the
-# last _SOURCES_KEPT, not all. A traceback through an older one shows no lines.
-_SOURCES_KEPT = 256
-_sources: dict[str, None] = {}
+# Generated sources registered with linecache, by file name. The name holds a
+# digest of the source, so planning the same chain again (callbacks added and
+# removed each epoch) finds its name registered; past _SOURCES_KEPT, new code
+# runs unregistered (a traceback shows no lines for it), so memory stays bounded.
+# Nothing is ever removed: another thread formatting a traceback reads
+# linecache's dict without a lock (3.11: `name in cache`, then `cache[name]`).
+_SOURCES_KEPT = 1024
+_sources: set[str] = set()
 _sources_lock = threading.Lock()
 
 
 def _define(source: str, what: str, ns: dict[str, Any], name: str) -> Any:
-    """Run the generated ``source`` in ``ns`` and return its ``name``; the source
-    is registered with linecache as ``<hookwrap WHAT #digest>`` (the digest keeps
+    """Run the generated ``source`` in ``ns`` and return its ``name``; its lines
+    are registered with linecache as ``<hookwrap WHAT #digest>`` (the digest keeps
     two different sources of one description apart)."""
     what = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in what)  # a file name: no NUL, newline
+    what = what if len(what) <= 200 else what[:197] + "..."
     digest = hashlib.blake2s(source.encode(), digest_size=4).hexdigest()
     filename = f"<hookwrap {what} #{digest}>"
     exec(compile(source, filename, "exec"), ns)  # noqa: S102 - generated from plans
-    with _sources_lock:
-        _sources.pop(filename, None)
-        _sources[filename] = None
-        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-        while len(_sources) > _SOURCES_KEPT:
-            oldest = next(iter(_sources))
-            del _sources[oldest]
-            linecache.cache.pop(oldest, None)
+    if filename not in linecache.cache:  # (new, or linecache.clearcache() ran)
+        with _sources_lock:
+            if filename in _sources or len(_sources) < _SOURCES_KEPT:
+                _sources.add(filename)
+                linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     return ns[name]
 
 

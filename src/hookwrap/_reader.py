@@ -69,6 +69,9 @@ def _planned_only(*args: Any) -> Any:
 
 # The attribute of a registered callable that chooses, per join point spec, what is planned.
 PLAN_ATTR = "__hookwrap_plan__"
+# A reader's phase ("pre", "post", "error"): registered for another, it would
+# break the return contract at every call, so the pair is refused when attached.
+READER_PHASE_ATTR = "__hookwrap_reader_phase__"
 
 
 def for_join_point(fn: Any, spec: Any) -> Any:
@@ -120,4 +123,5 @@ def reader(handler: Callable[..., Any], event: str, name: str | None = None,
                              __qualname__=name_shown, __name__=name_shown,
                              __signature__=inspect.Signature(head + params))
     vars(made)[PLAN_ATTR] = functools.partial(_pick_by_object, made, without_object)
+    vars(made)[READER_PHASE_ATTR] = event.partition("-")[0]
     return made

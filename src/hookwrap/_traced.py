@@ -7,7 +7,7 @@ bare join point and call it without ``obj``, and ``torch.compile(module)`` stops
 before running when ``forward`` is one (it asks for the method's source file).
 
 So the compiled twin shows Dynamo Python twins of its C slots
-(``_fast._show_python_twins``): ``JoinPoint.__get__`` and ``JoinPoint.__call__``
+(``_fast.show_python_twins``): ``JoinPoint.__get__`` and ``JoinPoint.__call__``
 in the type's dictionary are ``dynamo_get`` and ``dynamo_call`` below, while
 every real call still takes the C slots. They run ``traced_dispatch``: the
 pure twin's ``_dispatch`` over the compiled twin's chains, each with a pure copy

@@ -77,6 +77,11 @@ class WeaveHandle(Removable):
         with _lock:
             self._removed = True
             for owner, name, own, original in reversed(self._saved):
+                stored = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
+                woven = join_point_of(stored)
+                if woven is not None and woven.record is not None:  # a function's registrations
+                    woven.record.registrations.clear()  # go with it, and its handles say so
+                    woven.record.changed(None)
                 if own:
                     setattr(owner, name, original)
                 else:

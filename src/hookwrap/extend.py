@@ -143,6 +143,7 @@ reader costs what a function callback asking for the same argument costs.
 from __future__ import annotations
 
 import functools
+from keyword import iskeyword
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable
@@ -334,9 +335,12 @@ def reader(handler: Callable[..., Any], event: str, name: str | None = None,
             f"got {safe_repr(event)}. Around advice calls proceed, which a reader cannot: register a "
             f"function with hookwrap.around for it."
         )
-    if name is not None and (not isinstance(name, str) or not name.isidentifier()):
+    if name is not None and (not isinstance(name, str) or not name.isidentifier() or iskeyword(name)):
         raise HookError(f"{where}: name must be an argument name of the join point, 'return_value' or "
                         f"'exception', or None for no value; got {safe_repr(name)}.")
+    if name == "self":
+        raise HookError(f"{where}: name='self' asks for the hooked object, which the handler gets "
+                        f"anyway, as its first argument obj; pass name=None to take no value.")
     if not isinstance(extra, tuple):
         raise HookError(f"{where}: extra must be a tuple of values passed before the event's value, got "
                         f"{type(extra).__name__}. Write extra=(value,).")
@@ -391,6 +395,6 @@ def stateful_callbacks(obj: Any) -> dict[str, Any]:
     ``hookwrap.callback_state(obj)`` saves them under (their ``state_key``; a key
     taken already gets ``#2``, ``#3``, ... in attachment order), in chain order.
 
-    Returns a new dict (changing it changes nothing attached). Raises
-    ``hookwrap.HookError`` for an ``obj`` that has no join points to attach to."""
+    Returns a new dict (changing it changes nothing attached): empty for an
+    object with no callbacks, or no join points at all."""
     return _stateful_callbacks(obj)
