@@ -64,7 +64,9 @@ def run(number: int, step: bool) -> dict[str, Any]:
         "datetime": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": {"python": platform.python_version(), "implementation": platform.python_implementation(),
                     "processor": _cpu(), "cores": os.cpu_count(), "system": platform.system()},
-        "commit": {"id": _git("rev-parse", "HEAD"), "dirty": bool(_git("status", "--porcelain", "--", "src"))},
+        # The src/ tree survives a rebase, where the commit id does not: it names the code measured.
+        "commit": {"id": _git("rev-parse", "HEAD"), "src_tree": _git("rev-parse", "HEAD:src"),
+                   "dirty": bool(_git("status", "--porcelain", "--", "src"))},
         "twins": twins,
     }
 

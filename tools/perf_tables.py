@@ -68,7 +68,8 @@ def about(run: dict[str, Any]) -> str:
     m, commit = run["machine"], run["commit"]
     return (f"From one run of `{run['command']}`, {run['datetime']}: {m['implementation']} {m['python']} "
             f"on {m['system']}, {m['processor']}, {m['cores']} cores shared with other work; "
-            f"commit {str(commit['id'])[:10]}{' with local changes to src/' if commit['dirty'] else ''}.\n")
+            f"src/ as in git tree {str(commit.get('src_tree') or commit['id'])[:10]} (`git rev-parse HEAD:src`)"
+            f"{' with local changes' if commit['dirty'] else ''}.\n")
 
 
 def _ratios(run: dict[str, Any]) -> dict[str, dict[str, float]]:
