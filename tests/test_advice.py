@@ -1,4 +1,4 @@
-"""DESIGN §4: around advice and error advice."""
+"""docs/design/contract.md §4: around advice and error advice."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""DESIGN §2: callbacks get only the arguments they name and return what they take."""
+"""docs/design/contract.md §2: callbacks get only the arguments they name and return what they take."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""DESIGN §3: class-based callbacks (hw.Callback) and the global tier."""
+"""docs/design/contract.md §3: class-based callbacks (hw.Callback) and the global tier."""
 
 from __future__ import annotations
 

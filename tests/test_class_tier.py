@@ -1,4 +1,4 @@
-"""DESIGN §3, class tier: the ArcticTraining callback docs, example by example."""
+"""docs/design/contract.md §3, class tier: the ArcticTraining callback docs, example by example."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The README's examples run and print what the README says; the demo trains."""
+"""The documentation's examples run and print what the page says: every ```python
+block of README.md and docs/**/*.md followed by a ```text block; the demo trains."""
 
 from __future__ import annotations
 
@@ -8,13 +9,37 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as _f:
-    README = _f.read()
-EXAMPLES = re.findall(r"```python\n(.*?)```\n\n```text\n(.*?)```", README, flags=re.S)
+# The pages whose ```python blocks are examples. docs/design/contract.md is the
+# design contract: its blocks are sketches of the API (`def step(self, batch): ...`).
+CONTRACT = "docs/design/contract.md"
+PAGES = ["README.md"] + sorted(
+    path.relative_to(ROOT).as_posix() for path in Path(ROOT, "docs").rglob("*.md")
+    if path.relative_to(ROOT).as_posix() != CONTRACT
+)
+# Tested before the README became a landing page and its content moved into docs/:
+# no example may stop being tested.
+EXAMPLES_BEFORE_THE_SITE = 21
+
+
+def read(page: str) -> str:
+    return Path(ROOT, page).read_text(encoding="utf-8")
+
+
+def examples() -> list[tuple[str, str, str]]:
+    """(page:index, code, the output shown) for each example of each page."""
+    found = []
+    for page in PAGES:
+        pairs = re.findall(r"```python\n(.*?)```\n\n```text\n(.*?)```", read(page), flags=re.S)
+        found += [(f"{page}:{i}", code, shown) for i, (code, shown) in enumerate(pairs)]
+    return found
+
+
+EXAMPLES = examples()
 # Examples that import a third-party trainer (the thirdparty extra) are third_party
 # tests: CI runs them with that extra installed (pytest -m third_party).
 FRAMEWORKS = ("transformers", "lightning", "ignite", "accelerate")
@@ -24,24 +49,51 @@ def _frameworks(code: str) -> list[str]:
     return [name for name in FRAMEWORKS if re.search(rf"^(from|import) {name}\b", code, flags=re.M)]
 
 
-def test_readme_has_examples():
-    assert len(EXAMPLES) >= 4
-    assert {name for code, _ in EXAMPLES for name in _frameworks(code)} == set(FRAMEWORKS)
+def test_the_docs_have_their_examples():
+    assert len(EXAMPLES) >= EXAMPLES_BEFORE_THE_SITE
+    assert any(name.startswith("README.md:") for name, _, _ in EXAMPLES)
+    assert {name for _, code, _ in EXAMPLES for name in _frameworks(code)} == set(FRAMEWORKS)
 
 
-@pytest.mark.parametrize("index", [
-    pytest.param(i, marks=[pytest.mark.third_party] if _frameworks(code) else [])
-    for i, (code, _) in enumerate(EXAMPLES)
+def test_every_python_block_shows_its_output():
+    # A ```python block without the ```text block after it would run in no test.
+    for page in PAGES:
+        text = read(page)
+        blocks = len(re.findall(r"^```python\n", text, flags=re.M))
+        paired = len(re.findall(r"```python\n.*?```\n\n```text\n", text, flags=re.S))
+        assert blocks == paired, f"{page}: {blocks - paired} python block(s) without a text block after"
+
+
+def test_the_readme_is_a_landing_page_whose_links_resolve():
+    readme = read("README.md")
+    assert len(readme.splitlines()) <= 200
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme)
+    assert any(link.startswith("docs/") for link in links)
+    missing = [link for link in links if "://" not in link and not Path(ROOT, link).exists()]
+    assert not missing, missing
+
+
+def test_every_page_is_in_the_site_navigation():
+    nav = read("mkdocs.yml")
+    pages = [path.relative_to(Path(ROOT, "docs")).as_posix() for path in Path(ROOT, "docs").rglob("*.md")]
+    assert len(pages) >= 15
+    assert [page for page in pages if f": {page}\n" not in nav] == []
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=[pytest.mark.third_party] if _frameworks(code) else [], id=name)
+    for name, code, _ in EXAMPLES
 ])
-def test_readme_example_prints_what_the_readme_shows(hw, index):
-    code, expected = EXAMPLES[index]
+def test_example_prints_what_the_page_shows(hw, name):
+    code, expected = next((code, shown) for n, code, shown in EXAMPLES if n == name)
     if "torch" in code:  # hookwrap.torch's examples need the torch extra
         pytest.importorskip("torch", reason="the torch extra is not installed")
-    for name in _frameworks(code):
-        pytest.importorskip(name, reason="needs the thirdparty extra")
+    for framework in _frameworks(code):
+        pytest.importorskip(framework, reason="needs the thirdparty extra")
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(code, "example.py", "exec"), {"__name__": f"readme_{index}"})
+        module = "docs_" + re.sub(r"\W", "_", name)
+        exec(compile(code, "example.py", "exec"), {"__name__": module})
     assert out.getvalue() == expected
 
 

@@ -1,4 +1,4 @@
-"""DESIGN §4: custom events, Lightning Fabric `call` style."""
+"""docs/design/contract.md §4: custom events, Lightning Fabric `call` style."""
 
 from __future__ import annotations
 

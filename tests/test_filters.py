@@ -1,4 +1,4 @@
-"""DESIGN §4: every=N, once=True, when=predicate(obj) on any registration."""
+"""docs/design/contract.md §4: every=N, once=True, when=predicate(obj) on any registration."""
 
 from __future__ import annotations
 

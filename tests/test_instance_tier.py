@@ -1,4 +1,4 @@
-"""DESIGN §3, instance tier: obj.callbacks, before/after, handles."""
+"""docs/design/contract.md §3, instance tier: obj.callbacks, before/after, handles."""
 
 from __future__ import annotations
 

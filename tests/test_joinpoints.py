@@ -1,4 +1,4 @@
-"""DESIGN §1: what can be a join point, and what it keeps of the function."""
+"""docs/design/contract.md §1: what can be a join point, and what it keeps of the function."""
 
 from __future__ import annotations
 

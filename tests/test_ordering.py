@@ -1,4 +1,4 @@
-"""DESIGN §3: order within a tier -- registration order, prepend, before=/after=."""
+"""docs/design/contract.md §3: order within a tier -- registration order, prepend, before=/after=."""
 
 from __future__ import annotations
 

@@ -250,21 +250,24 @@ def test_cli_exit_code_of_the_script_is_kept(hw, tmp_path):
     assert bad.returncode == 2 and "hookwrap run: --preset 'adam': no such preset." in bad.stderr
 
 
-# --- the README's commands, as written, on the MNIST-style script as train.py ---------------
+# --- the documentation's commands, as written, on the MNIST-style script as train.py --------
 
-_README = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
-_SECTION = _README[_README.index("## A script you cannot edit: `hookwrap run`"):]
-_SECTION = _SECTION[:_SECTION.index("\n## ")]
-README_RUNS = re.findall(r"```bash\n(hookwrap run .*?)\n```\n\n```text\n(.*?)```", _SECTION, flags=re.S)
+_ROOT = Path(__file__).parent.parent
+DOCS_RUNS = [
+    (f"{page.relative_to(_ROOT).as_posix()}:{i}", command, shown)
+    for page in [_ROOT / "README.md", *sorted((_ROOT / "docs").rglob("*.md"))]
+    for i, (command, shown) in enumerate(re.findall(
+        r"```bash\n(hookwrap run .*?)\n```\n\n```text\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.S))
+]
 
 
-def test_readme_shows_hookwrap_run_commands():
-    assert len(README_RUNS) == 2
+def test_docs_show_hookwrap_run_commands():
+    assert len(DOCS_RUNS) == 2
 
 
-@pytest.mark.parametrize("index", range(len(README_RUNS)))
-def test_readme_hookwrap_run_command_runs_as_shown(hw, tmp_path, index):
-    command, shown = README_RUNS[index]
+@pytest.mark.parametrize("name", [name for name, _, _ in DOCS_RUNS])
+def test_docs_hookwrap_run_command_runs_as_shown(hw, tmp_path, name):
+    command, shown = next((command, shown) for n, command, shown in DOCS_RUNS if n == name)
     shutil.copy(SCRIPT, tmp_path / "train.py")
     env = dict(os.environ, HOOKWRAP_NO_EXTENSIONS="" if hw.USING_EXTENSION else "1",
                PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))

@@ -6,12 +6,14 @@ twice, for N1 and N2 calls; the difference per call cancels start-up and imports
 (a fixed PYTHONHASHSEED keeps start-up identical). Every hookwrap scenario has a
 hand-written twin calling the same callables, so a ratio compares only what
 hookwrap adds. Run ``python tools/bench_instructions.py`` from a checkout with
-hookwrap installed (``--pure`` for the pure twin); it needs valgrind and takes a
-few minutes. A developer harness: it is not part of the installed package.
+hookwrap installed (``--pure`` for the pure twin; ``--json PATH`` also writes the
+counts for ``tools/perf_tables.py``); it needs valgrind and takes a few minutes.
+A developer harness: it is not part of the installed package.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -212,14 +214,18 @@ def count(name: str, n: int, env: dict[str, str]) -> int:
     raise RuntimeError(f"callgrind printed no count for {name!r}:\n{out.stderr[-2000:]}")
 
 
-def table(pure: bool) -> str:
+def per_call_counts(pure: bool) -> dict[str, float]:
+    """Scenario -> instructions per call, each counted in processes of its own."""
     env = dict(os.environ, PYTHONHASHSEED="0")
     if pure:
         env["HOOKWRAP_NO_EXTENSIONS"] = "1"
     jobs = [(name, n) for name, _ in ROWS for n in (N1, N2)]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # counts ignore load
         counts = dict(zip(jobs, pool.map(lambda job: count(job[0], job[1], env), jobs)))
-    per_call = {name: (counts[name, N2] - counts[name, N1]) / (N2 - N1) for name, _ in ROWS}
+    return {name: (counts[name, N2] - counts[name, N1]) / (N2 - N1) for name, _ in ROWS}
+
+
+def table(pure: bool, per_call: dict[str, float]) -> str:
     twin = "pure Python twin" if pure else "compiled"
     lines = [f"instructions per call ({twin}; callgrind, {N2} - {N1} calls, the loop included)", "",
              f"  {'scenario':<54}{'instructions':>13}  ratio"]
@@ -239,7 +245,16 @@ def main(argv: list[str]) -> int:
     if shutil.which("valgrind") is None:
         print("tools/bench_instructions.py needs valgrind (apt install valgrind)", file=sys.stderr)
         return 2
-    print(table(pure="--pure" in argv))
+    pure = "--pure" in argv
+    per_call = per_call_counts(pure)
+    print(table(pure, per_call))
+    if "--json" in argv:  # machine-readable, for tools/perf_tables.py (docs/performance.md)
+        with open(argv[argv.index("--json") + 1], "w", encoding="utf-8") as f:
+            json.dump({"dispatch": "pure" if pure else "compiled", "calls": [N1, N2],
+                       "python": sys.version.split()[0],
+                       "rows": [{"scenario": name, "instructions": round(per_call[name], 1), "baseline": base}
+                                for name, base in ROWS]}, f, indent=1)
+            f.write("\n")
     return 0
 
 
