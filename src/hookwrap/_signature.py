@@ -1,8 +1,8 @@
 """Registration-time planning: which arguments each callback gets, read once.
 
-A join point's parameters are read with ``inspect`` once (:class:`JoinPointSpec`);
+A join point's parameters are read with ``inspect`` once (``JoinPointSpec``);
 each callback's parameters are matched to them by name when it is registered
-(:func:`plan_step`), giving a dispatch ``Step`` that the per-call code follows
+(``plan_step``), giving a dispatch ``Step`` that the per-call code follows
 without looking at a signature again.
 
 A callback's parameters are read once per code object (``callback_parameters``):

@@ -1,4 +1,4 @@
-"""The errors hookwrap raises. All derive from :class:`HookError`."""
+"""The errors hookwrap raises. All derive from ``HookError``."""
 
 from __future__ import annotations
 

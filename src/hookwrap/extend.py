@@ -13,28 +13,28 @@ shipped ones do:
   attached to: a class (``obj.add_callback(cb)`` attaches to ``type(obj)``), a
   hookable function, a module of them, or ``None`` for the global tier
   (``hookwrap.register_global_callback(cb)``, ``with cb:``).
-* **Check the names against the target** with :func:`join_points` (a misspelled
+* **Check the names against the target** with ``join_points`` (a misspelled
   event fails when the callback is attached, with the closest names) or
-  :func:`has_join_point` (an optional event, skipped where it is missing).
-* **Hand one value to a method** with :func:`reader`: the argument ``name`` of
+  ``has_join_point`` (an optional event, skipped where it is missing).
+* **Hand one value to a method** with ``reader``: the argument ``name`` of
   the join point, ``return_value``, ``exception``, or nothing. The registration
   plans it like a function asking for that argument, so a name the join point
   does not have is refused at attach time, and it returns what the callback
   contract asks (the value it took on ``pre-`` and for ``return_value``, else
   ``None``): your method's return value is ignored. A reader pickles and
   deep-copies with its callback (``torch.save`` of the hooked object).
-* **Read a different value on each join point** with :func:`per_join_point`:
-  your function gets a :class:`JoinPointInfo` (the join point's arguments, whether
+* **Read a different value on each join point** with ``per_join_point``:
+  your function gets a ``JoinPointInfo`` (the join point's arguments, whether
   it has an object) when the join point plans the callback, once, and returns the
   reader to use there.
-* **Respect distributed runs** with :func:`process_rank` (or set
+* **Respect distributed runs** with ``process_rank`` (or set
   ``rank_zero_only = True`` on a callback that only prints or writes).
 * **Keep state across a resume**: a callback with ``state_dict()`` and
   ``load_state_dict(state)`` is saved by ``hookwrap.callback_state(obj)``;
-  :func:`stateful_callbacks` lists those attached to an object.
-* **Return a handle** that undoes what you did: subclass :class:`Removable`
+  ``stateful_callbacks`` lists those attached to an object.
+* **Return a handle** that undoes what you did: subclass ``Removable``
   (``remove()``, and a context manager removing on exit), as
-  ``hookwrap.integrations``' presets do; :func:`is_join_point` tells whether an
+  ``hookwrap.integrations``' presets do; ``is_join_point`` tells whether an
   attribute is already hookable (woven or decorated).
 
 Example: a loss logger, attachable to a class of loop, one of its objects, a
@@ -177,8 +177,8 @@ _READER_PHASES = ("pre-", "post-", "error-")
 
 @dataclass(frozen=True)
 class JoinPointInfo:
-    """What a callback may ask of one join point, as :func:`join_points` returns it
-    and as :func:`per_join_point` hands it to its ``choose``. Read-only; made by
+    """What a callback may ask of one join point, as ``join_points`` returns it
+    and as ``per_join_point`` hands it to its ``choose``. Read-only; made by
     hookwrap, not by you."""
 
     event: str
@@ -259,7 +259,7 @@ def join_points(target: Any, name: str, *, where: str = "hookwrap.extend.join_po
     global tier (every join point of that name in the process, possibly several,
     in unrelated classes). Names compare with ``-`` and ``_`` alike.
 
-    Returns a list of :class:`JoinPointInfo`, never empty: one entry unless
+    Returns a list of ``JoinPointInfo``, never empty: one entry unless
     ``target`` is ``None``.
 
     Raises ``hookwrap.UnknownEventError`` when there is none, naming ``where``
@@ -273,7 +273,7 @@ def join_points(target: Any, name: str, *, where: str = "hookwrap.extend.join_po
 
 
 def has_join_point(target: Any, name: str) -> bool:
-    """True when :func:`join_points` would find ``name`` on ``target``; False
+    """True when ``join_points`` would find ``name`` on ``target``; False
     where it would raise UnknownEventError (for an optional event: attach where it
     exists, skip it elsewhere). Raises ``hookwrap.HookError`` when ``name`` is not
     a string."""
@@ -354,11 +354,11 @@ def _choose_with_info(choose: Callable[[JoinPointInfo], Any], spec: Any) -> Any:
 
 def per_join_point(owner: Any, name: str, choose: Callable[[JoinPointInfo], Any]) -> Callable[..., Any]:
     """A callable to return from ``event_methods`` that is a different
-    :func:`reader` on each join point it is planned on.
+    ``reader`` on each join point it is planned on.
 
     ``owner`` is your callback object; ``name`` names the callable in
     ``hookwrap.describe`` (``"Owner.name"``). ``choose(info)`` is called once per
-    join point with its :class:`JoinPointInfo` and returns the reader to run there
+    join point with its ``JoinPointInfo`` and returns the reader to run there
     (``reader(self.see, "post-", "model")`` where ``"model" in info.arguments``,
     else one reading ``obj.model``). Where the join point cannot give what the
     callback needs, ``choose`` raises ``hookwrap.CallbackSignatureError`` saying

@@ -6,7 +6,7 @@ event name (``hw.weave(cls, step="training_step")``), inside two plain functions
 * a *body* (innermost, in place of the original) that notes whether the original
   ran and what it returned;
 * an *outer* wrapper (``functools.wraps`` of the woven join point, so registration
-  still finds it) that catches :class:`hookwrap.StopTraining` raised by any callback
+  still finds it) that catches ``hookwrap.StopTraining`` raised by any callback
   of the call, pre and post ones included, and asks the framework to stop its own
   way (``stop(owner, exc)``). The call then returns what the framework expects: the
   original's result when it ran, else the original run without callbacks (as the

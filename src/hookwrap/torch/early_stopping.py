@@ -12,7 +12,7 @@ __all__ = ["EarlyStopping"]
 
 
 class EarlyStopping(MonitoredCallback):
-    """Raises :class:`hookwrap.StopTraining` when ``monitor`` has not improved by more
+    """Raises ``hookwrap.StopTraining`` when ``monitor`` has not improved by more
     than ``min_delta`` for ``patience`` calls of ``event`` in a row.
 
     ``monitor`` is read from join point ``event`` (default ``"evaluate"``): an argument

@@ -44,7 +44,7 @@ def _first_non_finite(value: Any) -> tuple[str, Any] | None:
 
 
 class NanGuard(QueuesReadBacks, CountingCallback):
-    """Raises :class:`NonFiniteError` naming the event, the step and the value when
+    """Raises ``NonFiniteError`` naming the event, the step and the value when
     the loss or metrics of one of ``events`` are NaN or infinite: the join point's
     ``argument`` (default ``loss``, as in ``backward(loss)``) where it has one, else
     what it returns (a loss tensor, a float, or a mapping of metrics). A join point
@@ -171,7 +171,7 @@ class NanGuard(QueuesReadBacks, CountingCallback):
 
     def check_pending(self) -> None:
         """Read back the checks queued so far (waiting for the device) and raise
-        :class:`NonFiniteError` if one was not finite. Under torch.distributed a
+        ``NonFiniteError`` if one was not finite. Under torch.distributed a
         collective: call it on every rank at the same point."""
         self._read_back(wait=True)
 

@@ -4,7 +4,7 @@ A ``.item()`` (``float(t)``, ``.tolist()``) of a CUDA tensor waits until every
 kernel queued before it has run: the CPU cannot run ahead of the GPU, and for a
 small fast model that wait is a large share of the step. The shipped callbacks
 instead *queue* the device values they need (a loss, a gradient norm, NanGuard's
-check) with :meth:`ReadBack.put`, and read everything queued together:
+check) with ``ReadBack.put``, and read everything queued together:
 
 * on the CPU, with one ``.tolist()`` of the queued values concatenated;
 * on CUDA, with one non-blocking copy into pinned host memory per read, followed
@@ -12,10 +12,10 @@ check) with :meth:`ReadBack.put`, and read everything queued together:
   the copy is done (``read()``), or after waiting for it (``read(wait=True)``, at
   the end of a run).
 
-One reader is shared by the callbacks of a process (:func:`shared`), so a read
+One reader is shared by the callbacks of a process (``shared``), so a read
 that one callback needs delivers every other callback's queued values too.
 
-:func:`count_host_reads` counts the reads of tensor values a block makes, to
+``count_host_reads`` counts the reads of tensor values a block makes, to
 check that a loop and its callbacks read the device back as rarely as you think.
 """
 
@@ -148,7 +148,7 @@ _DECIDERS: weakref.WeakSet[Any] = weakref.WeakSet()
 def defers_decisions(callback: Any) -> None:
     """Register ``callback``, whose ``decide_for(obj)`` takes the decisions it has
     deferred on checks of hooked object ``obj`` (and raises to stop the run), to be
-    asked by :func:`settle`."""
+    asked by ``settle``."""
     _DECIDERS.add(callback)
 
 
@@ -174,7 +174,7 @@ _READ_METHODS = ("item", "tolist", "__float__", "__int__", "__bool__", "cpu", "n
 
 
 class HostReads:
-    """The host reads counted by :func:`count_host_reads`: ``count`` in all and
+    """The host reads counted by ``count_host_reads``: ``count`` in all and
     ``by_method`` (``{"item": 3, "tolist": 1}``)."""
 
     def __init__(self) -> None:
