@@ -10,9 +10,10 @@ shipped ones do:
 
 * **Choose the events when attached.** Override ``Callback.event_methods(target)``
   and return ``(event, callable)`` pairs. ``target`` is what the callback is
-  attached to: a class (``obj.add_callback(cb)`` attaches to ``type(obj)``), a
-  hookable function, a module of them, or ``None`` for the global tier
-  (``hookwrap.register_global_callback(cb)``, ``with cb:``).
+  attached to: a class (also when it is attached to one object:
+  ``obj.add_callback(cb)`` passes ``type(obj)``, and the callback still runs for
+  ``obj`` alone), a hookable function, a module of them, or ``None`` for the
+  global tier (``hookwrap.register_global_callback(cb)``, ``with cb:``).
 * **Check the names against the target** with ``join_points`` (a misspelled
   event fails when the callback is attached, with the closest names) or
   ``has_join_point`` (an optional event, skipped where it is missing).
@@ -57,6 +58,9 @@ class LossLogger(hw.Callback):
         return [(f"post-{self.event}", reader(self.record, "post-", "return_value"))]
 
     def record(self, obj, loss):  # obj: the hooked object (None for a function)
+        # (A loss tensor on a GPU: float() would wait for the device at every
+        # step; queue it with hookwrap.torch.readback.ReadBack, as the shipped
+        # callbacks do.)
         self.losses.append(float(loss))
 
     def state_dict(self):
