@@ -25,16 +25,22 @@ from tests.conftest import load_hookwrap
 EXAMPLES = 300
 
 
-@pytest.fixture(scope="module")
-def twins() -> Iterator[tuple[Any, Any]]:
-    """Both twins loaded side by side; what ``sys.modules`` held is put back after,
-    so tests on the session's ``hw`` keep pickling by reference as before."""
+def _side_by_side(first: str, second: str) -> tuple[Any, Any]:
+    """Two hookwrap packages loaded side by side (HOOKWRAP_NO_EXTENSIONS values);
+    what ``sys.modules`` held is put back after, so tests on the session's ``hw``
+    keep pickling by reference as before."""
     saved = {k: v for k, v in sys.modules.items() if k == "hookwrap" or k.startswith("hookwrap.")}
-    compiled = load_hookwrap("")
-    pure = load_hookwrap("1")
+    loaded = load_hookwrap(first), load_hookwrap(second)
     for k in [k for k in sys.modules if k == "hookwrap" or k.startswith("hookwrap.")]:
         del sys.modules[k]
     sys.modules.update(saved)
+    return loaded
+
+
+@pytest.fixture(scope="module")
+def twins() -> Iterator[tuple[Any, Any]]:
+    """Both twins loaded side by side."""
+    compiled, pure = _side_by_side("", "1")
     if not compiled.USING_EXTENSION:
         pytest.skip("hookwrap._fast is not built")
     assert not pure.USING_EXTENSION
@@ -370,12 +376,7 @@ def generated_and_reference() -> Iterator[tuple[Any, Any]]:
     """Two pure twins: one as shipped (calls run on code _codegen generates from the
     plan), one whose calls all take the reference path (Step.invoke and absorb,
     call_around, the emit loop), which is the return contract written once."""
-    saved = {k: v for k, v in sys.modules.items() if k == "hookwrap" or k.startswith("hookwrap.")}
-    generated = load_hookwrap("1")
-    reference = load_hookwrap("1")
-    for k in [k for k in sys.modules if k == "hookwrap" or k.startswith("hookwrap.")]:
-        del sys.modules[k]
-    sys.modules.update(saved)
+    generated, reference = _side_by_side("1", "1")
     pure = reference._dispatch.impl
     reference._codegen.runner = lambda *args: False  # no generated runner: the general path
     reference._emit.emit_runner = lambda plan: functools.partial(pure._run_emit_steps, plan)
