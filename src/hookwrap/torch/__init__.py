@@ -29,6 +29,8 @@ from .distributed import is_distributed
 from .distributed import per_rank
 from .distributed import ranks_where
 from .early_stopping import EarlyStopping
+from .loop_changes import GradAccumulation
+from .loop_changes import GradClip
 from .metrics_logger import MetricsLogger
 from .monitors import GradNorm
 from .monitors import LRMonitor
@@ -44,6 +46,8 @@ __all__ = [
     "BestCheckpoint",
     "Checkpoint",
     "EarlyStopping",
+    "GradAccumulation",
+    "GradClip",
     "GradNorm",
     "HostReads",
     "LRMonitor",

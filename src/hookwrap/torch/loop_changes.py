@@ -1,0 +1,135 @@
+"""``GradClip`` and ``GradAccumulation``: callbacks that change the loop.
+
+They change what the loop does rather than watch it: ``GradClip`` rewrites the
+gradients after ``backward``; ``GradAccumulation`` scales the loss the join point
+``loss`` returns and, as around advice, lets the optimizer step through only every
+``steps`` calls. Written, like every shipped callback, on the public API and
+``hookwrap.extend`` alone.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from ..errors import CallbackSignatureError, HookError
+from ..extend import JoinPointInfo, join_points, per_join_point
+from ._attach import ShippedCallback
+
+__all__ = ["GradAccumulation", "GradClip"]
+
+
+class GradClip(ShippedCallback):
+    """After each call of ``event`` (default ``"backward"``), clips the gradients of
+    ``model`` in place with ``torch.nn.utils.clip_grad_norm_(model.parameters(),
+    max_norm, norm_type)``: their total ``norm_type`` norm is scaled down to at most
+    ``max_norm``. ``model`` is read from the join point's argument of that name,
+    else the hooked object's attribute (``trainer.model``), or is the module itself.
+
+    The norm is computed and applied on the device; nothing is read back to the host
+    (no ``.item()``), so clipping never waits for the device. Use it as the loop
+    written by hand would: clip after ``backward``, before ``optimizer_step``."""
+
+    def __init__(self, max_norm: float, norm_type: float = 2.0, event: str = "backward",
+                 model: Any = "model") -> None:
+        self.max_norm = _positive(max_norm, "max_norm")
+        self.norm_type = _positive(norm_type, "norm_type", allow_inf=True)
+        if not isinstance(event, str) or not event:
+            raise HookError(f"GradClip: event must be a join point name such as 'backward', got {event!r}.")
+        self.event, self.model = event, model
+
+    def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
+        join_points(target, self.event, where=self.where)
+        return [(f"post-{self.event}", self.value_reader(self.clip, "post-", self.model, "model"))]
+
+    def clip(self, obj: Any, model: Any) -> None:
+        import torch
+
+        torch.nn.utils.clip_grad_norm_(model.parameters(), self.max_norm, self.norm_type)
+
+
+class GradAccumulation(ShippedCallback):
+    """Gradient accumulation over ``steps`` calls: the loss is scaled by ``1/steps``
+    (after join point ``loss_event``, default ``"loss"``, its return value is replaced
+    by ``return_value / steps``), and join point ``event`` (default
+    ``"optimizer_step"``) runs only on every ``steps``-th call: around advice that
+    calls ``proceed`` on calls ``steps``, ``2*steps``, ... and skips the others
+    (returning ``None``).
+
+    The assumption, which the example trainer meets: the gradients are zeroed
+    inside the ``event`` join point (``optimizer.step()`` then
+    ``optimizer.zero_grad()``), or nowhere else, so that skipping it lets
+    ``backward`` add up the gradients of ``steps`` calls. A loop that zeroes them
+    before each ``backward``, outside that join point, would throw the sum away:
+    move its ``zero_grad`` into the optimizer-step join point (or hook it as part
+    of it). With that, the weights are those of the hand-written loop::
+
+        loss = loss_fn(model(x), y) / steps
+        loss.backward()
+        if (i + 1) % steps == 0:
+            optimizer.step(); optimizer.zero_grad()
+
+    Callbacks after it on ``post-<loss_event>`` (loggers) see the scaled loss;
+    calls left over at the end of the run (fewer than ``steps``) are not stepped.
+    ``calls`` (the optimizer-step calls seen) is saved with ``state_dict`` for a
+    resume."""
+
+    def __init__(self, steps: int, event: str = "optimizer_step", loss_event: str = "loss") -> None:
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise HookError(f"GradAccumulation: steps must be a whole number >= 1 (the calls of the "
+                            f"optimizer step accumulated into one), got {steps!r}.")
+        for name, value in (("event", event), ("loss_event", loss_event)):
+            if not isinstance(value, str) or not value:
+                raise HookError(f"GradAccumulation: {name} must be a join point name, got {value!r}.")
+        self.steps, self.event, self.loss_event = steps, event, loss_event
+        self.calls = 0  # calls of `event` seen
+
+    def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
+        join_points(target, self.event, where=self.where)
+        join_points(target, self.loss_event, where=self.where)
+        return [(f"post-{self.loss_event}", per_join_point(self, "scale", self._choose_scale)),
+                (f"around-{self.event}", per_join_point(self, "accumulate", self._choose_around))]
+
+    def _choose_scale(self, jp: JoinPointInfo) -> Callable[..., Any]:
+        if jp.returns_none:
+            raise CallbackSignatureError(f"{self.where}: {jp.where} returns None; the loss to scale must "
+                                         f"be what it returns. Pass loss_event= the join point returning the loss.")
+        return self.scale if jp.has_object else self.scale_function
+
+    def _choose_around(self, jp: JoinPointInfo) -> Callable[..., Any]:
+        return self.accumulate if jp.has_object else self.accumulate_function
+
+    def scale(self, obj: Any, return_value: Any) -> Any:
+        return return_value / self.steps
+
+    def scale_function(self, return_value: Any) -> Any:
+        return return_value / self.steps
+
+    def accumulate(self, obj: Any, proceed: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        if self.calls % self.steps:
+            return None
+        return proceed(*args, **kwargs)
+
+    def accumulate_function(self, proceed: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return self.accumulate(None, proceed, *args, **kwargs)
+
+    @property
+    def state_key(self) -> str:
+        return f"GradAccumulation[event={self.event}]"
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"calls": self.calls}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.calls = state["calls"]
+
+
+def _positive(value: Any, name: str, allow_inf: bool = False) -> float:
+    """``value`` as a float when it is a real number > 0 (finite unless ``allow_inf``)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+    if ok and not allow_inf and math.isinf(value):
+        ok = False
+    if not ok or math.isnan(value):
+        raise HookError(f"GradClip: {name} must be a number > 0{'' if allow_inf else ' and finite'}, got {value!r}.")
+    return float(value)
