@@ -3,7 +3,7 @@
 Each attaches to join points by name (defaults for a conventional loop: ``step``,
 ``loss``, ``backward``, ``optimizer_step``, ``epoch``, ``evaluate``, ``fit``) and
 reads values by argument name or ``return_value``, so the same callback works on
-your own loop, the example trainer or a woven third-party trainer::
+your own loop, the example trainer or a woven third-party trainer:
 
     trainer.add_callback(NanGuard())
     trainer.add_callback(EarlyStopping(monitor="val_loss", patience=3))

@@ -56,7 +56,7 @@ def _device(dist: Any) -> Any:
 
 def any_rank(flag: bool) -> bool:
     """``True`` on every rank when ``flag`` is true on at least one rank (one
-    all-reduce, MAX); ``flag`` itself when not distributed. For a stop decision::
+    all-reduce, MAX); ``flag`` itself when not distributed. For a stop decision:
 
         if any_rank(loss_is_bad):   # every rank stops at the same step
             raise hookwrap.StopTraining("bad loss on some rank")

@@ -17,7 +17,7 @@ class EarlyStopping(MonitoredCallback):
 
     ``monitor`` is read from join point ``event`` (default ``"evaluate"``): an argument
     of that name, its ``return_value``, or a key of the mapping it returns. The loop
-    ends the run by catching the exception::
+    ends the run by catching the exception:
 
         try:
             for epoch in range(epochs):

@@ -62,7 +62,7 @@ class GradAccumulation(ShippedCallback):
     ``backward`` add up the gradients of ``steps`` calls. A loop that zeroes them
     before each ``backward``, outside that join point, would throw the sum away:
     move its ``zero_grad`` into the optimizer-step join point (or hook it as part
-    of it). With that, the weights are those of the hand-written loop::
+    of it). With that, the weights are those of the hand-written loop:
 
         loss = loss_fn(model(x), y) / steps
         loss.backward()

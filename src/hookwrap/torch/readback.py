@@ -194,7 +194,7 @@ def count_host_reads() -> Iterator[HostReads]:
     ``.item()``, ``.tolist()``, ``float()``, ``int()``, ``bool()``, ``.cpu()`` and
     ``.numpy()`` of any ``torch.Tensor`` (on CPU tensors too, so that a CPU run
     counts what a CUDA run would wait for), from any thread. It patches
-    ``torch.Tensor`` for the block: for tests and measurements, not production::
+    ``torch.Tensor`` for the block: for tests and measurements, not production:
 
         with count_host_reads() as reads:
             trainer.fit(1)
