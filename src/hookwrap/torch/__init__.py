@@ -21,6 +21,7 @@ except ImportError as exc:  # pragma: no cover - exercised without torch install
         "(pin the torch version you want, e.g. torch==2.13.0, on the same command line)."
     ) from exc
 
+from .autocast import Autocast
 from .checkpoint import BestCheckpoint
 from .checkpoint import Checkpoint
 from .distributed import all_ranks_mean
@@ -29,6 +30,7 @@ from .distributed import is_distributed
 from .distributed import per_rank
 from .distributed import ranks_where
 from .early_stopping import EarlyStopping
+from .ema import EMA
 from .loop_changes import GradAccumulation
 from .loop_changes import GradClip
 from .metrics_logger import MetricsLogger
@@ -43,8 +45,10 @@ from .readback import count_host_reads
 from .timer import StepTimer
 
 __all__ = [
+    "Autocast",
     "BestCheckpoint",
     "Checkpoint",
+    "EMA",
     "EarlyStopping",
     "GradAccumulation",
     "GradClip",

@@ -1,0 +1,117 @@
+"""``Autocast``: chosen join points run under ``torch.autocast``."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ..errors import HookError
+from ..extend import JoinPointInfo, join_points, per_join_point, reader
+from ._around import around_advice
+from ._attach import ShippedCallback
+
+__all__ = ["Autocast"]
+
+
+class Autocast(ShippedCallback):
+    """Runs each call of the join points ``events`` (default ``("step",)``) under
+    ``torch.autocast(device_type, dtype)``, as around advice: the forward pass and
+    loss inside them compute in ``dtype`` where autocast applies.
+
+    ``device_type`` (``"cpu"``, ``"cuda"``, ...) defaults to the device of the
+    first parameter of ``model`` at each call: the join point's argument of that
+    name, else that attribute of the hooked object, or the module itself; ``"cpu"``
+    where there is none. ``dtype`` defaults to ``torch.bfloat16`` on the CPU and
+    ``torch.float16`` on CUDA (torch's autocast default elsewhere). Float16 on
+    CUDA wants a ``torch.amp.GradScaler`` for the backward pass, which this
+    callback does not add.
+    """
+
+    def __init__(self, events: Any = ("step",), device_type: str | None = None, dtype: Any = None,
+                 model: Any = "model") -> None:
+        import torch
+
+        if isinstance(events, str):
+            events = (events,)
+        if not isinstance(events, (tuple, list)) or not events \
+                or not all(isinstance(e, str) and e for e in events):
+            raise HookError(f"Autocast: events must be a join point name or a non-empty tuple of them, "
+                            f"got {events!r}.")
+        if device_type is not None:
+            if not isinstance(device_type, str) or not _autocast_available(device_type):
+                raise HookError(f"Autocast: device_type must be a device type torch.autocast supports "
+                                f"('cpu', 'cuda', ...) or None for the model's, got {device_type!r}.")
+            if device_type == "cuda" and not torch.cuda.is_available():
+                raise HookError("Autocast: device_type='cuda', but CUDA is not available here "
+                                "(torch.autocast would silently do nothing).")
+        if dtype is not None and dtype not in (torch.float16, torch.bfloat16):
+            raise HookError(f"Autocast: dtype must be torch.float16, torch.bfloat16 or None for the "
+                            f"device's default, got {dtype!r}.")
+        if model is None or (isinstance(model, str) and not model):
+            raise HookError(f"Autocast: model must be an argument or attribute name, or the module itself, "
+                            f"got {model!r}.")
+        self.events: tuple[str, ...] = tuple(events)
+        self.device_type, self.dtype, self.model = device_type, dtype, model
+        self._held: Any = None  # the model of the call starting (its pre-, then its around-)
+
+    @property
+    def where(self) -> str:
+        return f"Autocast(events={self.events!r})"
+
+    def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
+        pairs: list[tuple[str, Callable[..., Any]]] = []
+        for event in self.events:
+            jps = join_points(target, event, where=self.where)
+            if self.device_type is None:  # read the model's device at each call
+                pairs.append((f"pre-{event}", per_join_point(self, "_hold", self._choose)))
+            pairs.append((f"around-{event}", around_advice(jps, self.where, self._run_method, self._run_function)))
+        return pairs
+
+    def _choose(self, jp: JoinPointInfo) -> Any:
+        if not isinstance(self.model, str):
+            return reader(self._hold, "pre-", None, (self.model,))
+        if self.model in jp.arguments:
+            return reader(self._hold, "pre-", self.model)
+        return reader(self._hold_attribute, "pre-")  # None on a function: the CPU
+
+    def _hold(self, obj: Any, model: Any) -> None:
+        self._held = model
+
+    def _hold_attribute(self, obj: Any) -> None:
+        assert isinstance(self.model, str)
+        self._held = getattr(obj, self.model, None) if obj is not None else None
+
+    def settings(self, model: Any = None) -> tuple[str, Any]:
+        """The ``(device_type, dtype)`` a call runs under, for ``model`` (or none)."""
+        import torch
+
+        device_type = self.device_type
+        if device_type is None:
+            parameters = getattr(model, "parameters", None)
+            first = next(iter(parameters()), None) if callable(parameters) else None
+            device_type = first.device.type if first is not None else "cpu"
+        dtype = self.dtype
+        if dtype is None:
+            dtype = {"cpu": torch.bfloat16, "cuda": torch.float16}.get(device_type) \
+                or torch.get_autocast_dtype(device_type)
+        return device_type, dtype
+
+    def _run_method(self, obj: Any, proceed: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return self._run_function(proceed, *args, **kwargs)
+
+    def _run_function(self, proceed: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        import torch
+
+        # The pre- reader of this same call left the model in _held just before.
+        model, self._held = self._held, None
+        device_type, dtype = self.settings(model)
+        with torch.autocast(device_type, dtype=dtype):
+            return proceed(*args, **kwargs)
+
+
+def _autocast_available(device_type: str) -> bool:
+    import torch
+
+    try:
+        return bool(torch.amp.is_autocast_available(device_type))
+    except RuntimeError:  # not a device type at all: "gpu0"
+        return False
