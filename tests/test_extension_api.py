@@ -440,3 +440,16 @@ def test_bad_input_to_the_extension_api_is_refused_clearly(hw, ext):
     with pytest.raises(hw.UnknownEventError, match=r"'plain' has no join point 'loss'\. Its join points: \(none\)\. "
                                                    r"Make its code hookable with @hookwrap.hookable"):
         ext.join_points(plain, "loss")
+
+
+def test_has_join_point_refuses_an_event_where_a_join_point_name_belongs(hw, ext):
+    has_join_point = ext.has_join_point
+
+    class Loop(hw.Hookable):
+        @hw.hookable
+        def loss(self, x):
+            return x
+
+    assert has_join_point(Loop, "loss") and not has_join_point(Loop, "los")
+    with pytest.raises(hw.HookError, match=r"Pass the join point's name, 'loss', not the event 'post-loss'"):
+        has_join_point(Loop, "post-loss")

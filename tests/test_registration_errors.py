@@ -318,3 +318,16 @@ def test_a_join_point_called_with_a_foreign_self_runs_as_the_plain_method(hw):
     assert H.m(object(), 1) == 1 and H.m(Other(), 1) == 1  # as `def m` alone would
     assert "__hookwrap_class__" not in vars(Other) and "__hookwrap__" not in vars(Other)
     assert H().m(1) == 2
+
+
+def test_an_unknown_event_names_weave_as_the_fix_for_code_you_cannot_edit(hw):
+    class Plain:
+        def loss(self, x):
+            return x
+
+    hw.weave(Plain, "loss")
+    with pytest.raises(hw.UnknownEventError) as info:
+        hw.before(Plain, "los", lambda self, x: x)
+    message = str(info.value)
+    assert "Did you mean 'loss'?" in message
+    assert "@hookwrap.hookable, or, in code you cannot edit, hookwrap.weave(Plain, 'los')." in message

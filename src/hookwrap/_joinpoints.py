@@ -152,7 +152,8 @@ def find_join_point(tp: type, name: str, where: str) -> Any:
             f"{where}: {tp.__qualname__} has no join point {name!r}."
             + closest(name, known)
             + f" Join points of {tp.__qualname__}: {', '.join(known) or '(none)'}. "
-            f"Make the method hookable with @hookwrap.hookable."
+            f"Make the method hookable with @hookwrap.hookable, or, in code you cannot edit, "
+            f"hookwrap.weave({tp.__name__}, {name!r})."
         )
     return jp
 

@@ -280,8 +280,12 @@ def has_join_point(target: Any, name: str) -> bool:
     """True when ``join_points`` would find ``name`` on ``target``; False
     where it would raise UnknownEventError (for an optional event: attach where it
     exists, skip it elsewhere). Raises ``hookwrap.HookError`` when ``name`` is not
-    a string."""
+    a string, or is an event (``"post-loss"``) where a join point's name belongs:
+    it would never be found, and a callback would silently skip its event."""
     _check_name(name, "hookwrap.extend.has_join_point")
+    hint = _not_an_event(name)
+    if hint:
+        raise HookError(f"hookwrap.extend.has_join_point({name!r}):{hint}")
     try:
         _found(target, name, "")
     except UnknownEventError:
