@@ -38,6 +38,7 @@ from .monitors import GradNorm
 from .monitors import LRMonitor
 from .nan_guard import NanGuard
 from .nan_guard import NonFiniteError
+from .profiler import Profiler
 from .progress import ProgressBar
 from .readback import HostReads
 from .readback import ReadBack
@@ -58,6 +59,7 @@ __all__ = [
     "MetricsLogger",
     "NanGuard",
     "NonFiniteError",
+    "Profiler",
     "ProgressBar",
     "ReadBack",
     "StepTimer",

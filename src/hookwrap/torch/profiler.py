@@ -1,0 +1,131 @@
+"""``Profiler``: named ranges around chosen join points, and ``torch.profiler`` over a
+window of steps, written as a Chrome trace."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any, Callable
+
+from ..errors import HookError
+from ..extend import join_points, process_rank, reader
+from ._around import around_advice
+from ._attach import DefaultEvent, ShippedCallback, whole_number
+
+__all__ = ["Profiler"]
+
+
+class Profiler(ShippedCallback):
+    """Puts a ``torch.profiler.record_function(f"hookwrap:{event}")`` range (and a
+    ``torch.cuda.nvtx.range`` of the same name where CUDA is available) around each
+    call of the join points ``events``, as around advice, and runs
+    ``torch.profiler.profile`` over the calls of ``step_event``: started at the first
+    step, ``prof.step()`` after each, with ``torch.profiler.schedule(wait=wait,
+    warmup=warmup, active=active, repeat=1)``. When that window is done (or when
+    ``fit_event`` ends first, with what was recorded) the trace is written with
+    ``export_chrome_trace`` to ``dir/trace_rank{rank}.json`` (open it in Perfetto or
+    ``chrome://tracing``) and the profiler stops; ``traces`` lists the files written.
+    The ranges stay on every call, for a profiler or ``nsys`` of your own.
+    ``warmup=0`` is allowed, but torch warns that it can skew the results.
+    """
+
+    def __init__(self, events: Any = ("step", "loss", "backward", "optimizer_step"), dir: Any = "profile",
+                 step_event: str = "step", wait: int = 1, warmup: int = 1, active: int = 3,
+                 fit_event: str | None = DefaultEvent("fit")) -> None:
+        import torch
+
+        if isinstance(events, str):
+            events = (events,)
+        if not isinstance(events, (tuple, list)) or not events \
+                or not all(isinstance(e, str) and e for e in events):
+            raise HookError(f"Profiler: events must be a join point name or a non-empty tuple of them, "
+                            f"got {events!r}.")
+        if not isinstance(dir, (str, os.PathLike)) or not os.fspath(dir):
+            raise HookError(f"Profiler: dir must be a folder path, got {dir!r}.")
+        if not isinstance(step_event, str) or not step_event:
+            raise HookError(f"Profiler: step_event must be a join point name, got {step_event!r}.")
+        for name, value in (("wait", wait), ("warmup", warmup)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise HookError(f"Profiler: {name} must be a whole number >= 0, got {value!r}.")
+        self.events: tuple[str, ...] = tuple(events)
+        self.dir, self.step_event, self.fit_event = dir, step_event, fit_event
+        self.wait, self.warmup = wait, warmup
+        self.active = whole_number(active, "active", "Profiler")
+        self.nvtx = torch.cuda.is_available()
+        self.traces: list[str] = []  # the trace files written
+        self._prof: Any = None  # the running torch.profiler.profile
+        self._done = False  # the window has been profiled
+
+    @property
+    def where(self) -> str:
+        return f"Profiler(events={self.events!r})"
+
+    def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
+        pairs: list[tuple[str, Callable[..., Any]]] = []
+        self.wants(target, self.step_event)  # a name the target lacks: UnknownEventError
+        pairs.append((f"pre-{self.step_event}", reader(self._start, "pre-")))
+        for event in self.events:
+            jps = join_points(target, event, where=self.where)
+            method, function = self._range_method(event), self._range_function(event)
+            pairs.append((f"around-{event}", around_advice(jps, self.where, method, function)))
+        pairs.append((f"post-{self.step_event}", reader(self._step, "post-")))
+        if self.wants(target, self.fit_event):
+            pairs.append((f"post-{self.fit_event}", reader(self._end, "post-")))
+        return pairs
+
+    def _range_function(self, event: str) -> Callable[..., Any]:
+        name = f"hookwrap:{event}"
+
+        def ranged(proceed: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+            import torch
+
+            with torch.profiler.record_function(name), \
+                    (torch.cuda.nvtx.range(name) if self.nvtx else contextlib.nullcontext()):
+                return proceed(*args, **kwargs)
+
+        return ranged
+
+    def _range_method(self, event: str) -> Callable[..., Any]:
+        ranged = self._range_function(event)
+
+        def ranged_method(obj: Any, proceed: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+            return ranged(proceed, *args, **kwargs)
+
+        return ranged_method
+
+    def _start(self, obj: Any) -> None:
+        if self._prof is not None or self._done:
+            return
+        import torch
+
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        self._prof = torch.profiler.profile(
+            activities=activities,
+            schedule=torch.profiler.schedule(wait=self.wait, warmup=self.warmup, active=self.active, repeat=1),
+            on_trace_ready=self._write)
+        self._prof.start()
+
+    def _step(self, obj: Any) -> None:
+        if self._prof is None:
+            return
+        self._prof.step()
+        if self._done:  # the window's trace was written by this step
+            self._stop()
+
+    def _end(self, obj: Any) -> None:
+        if self._prof is not None:  # fit ended inside the window: write what was recorded
+            self._stop()
+
+    def _stop(self) -> None:
+        prof, self._prof = self._prof, None
+        self._done = True
+        prof.stop()
+
+    def _write(self, prof: Any) -> None:
+        os.makedirs(self.dir, exist_ok=True)
+        path = os.path.join(os.fspath(self.dir), f"trace_rank{process_rank()}.json")
+        prof.export_chrome_trace(path)
+        self.traces.append(path)
+        self._done = True
