@@ -189,6 +189,18 @@ def whole_number(value: Any, name: str, where: str) -> int:
     return value
 
 
+def event_names(events: Any, where: str) -> tuple[str, ...]:
+    """``events`` as a tuple of join point names (one name alone is one), else a
+    HookError naming the setting."""
+    if isinstance(events, str):
+        events = (events,)
+    if not isinstance(events, (tuple, list)) or not events \
+            or not all(isinstance(e, str) and e for e in events):
+        raise HookError(f"{where}: events must be a join point name or a non-empty tuple of them, "
+                        f"got {events!r}.")
+    return tuple(events)
+
+
 def to_float(value: Any) -> float:
     """A Python float from a number or a one-element tensor (a device sync on CUDA)."""
     item = getattr(value, "item", None)

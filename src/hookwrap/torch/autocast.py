@@ -7,7 +7,7 @@ from typing import Any, Callable
 from ..errors import HookError
 from ..extend import JoinPointInfo, join_points, per_join_point, reader
 from ._around import around_advice
-from ._attach import ShippedCallback
+from ._attach import ShippedCallback, event_names
 
 __all__ = ["Autocast"]
 
@@ -30,12 +30,7 @@ class Autocast(ShippedCallback):
                  model: Any = "model") -> None:
         import torch
 
-        if isinstance(events, str):
-            events = (events,)
-        if not isinstance(events, (tuple, list)) or not events \
-                or not all(isinstance(e, str) and e for e in events):
-            raise HookError(f"Autocast: events must be a join point name or a non-empty tuple of them, "
-                            f"got {events!r}.")
+        events = event_names(events, "Autocast")
         if device_type is not None:
             if not isinstance(device_type, str) or not _autocast_available(device_type):
                 raise HookError(f"Autocast: device_type must be a device type torch.autocast supports "
@@ -49,7 +44,7 @@ class Autocast(ShippedCallback):
         if model is None or (isinstance(model, str) and not model):
             raise HookError(f"Autocast: model must be an argument or attribute name, or the module itself, "
                             f"got {model!r}.")
-        self.events: tuple[str, ...] = tuple(events)
+        self.events: tuple[str, ...] = events
         self.device_type, self.dtype, self.model = device_type, dtype, model
         self._held: Any = None  # the model of the call starting (its pre-, then its around-)
 

@@ -10,7 +10,7 @@ from typing import Any, Callable
 from ..errors import HookError
 from ..extend import join_points, process_rank, reader
 from ._around import around_advice
-from ._attach import DefaultEvent, ShippedCallback, whole_number
+from ._attach import DefaultEvent, ShippedCallback, event_names, whole_number
 
 __all__ = ["Profiler"]
 
@@ -34,12 +34,7 @@ class Profiler(ShippedCallback):
                  fit_event: str | None = DefaultEvent("fit")) -> None:
         import torch
 
-        if isinstance(events, str):
-            events = (events,)
-        if not isinstance(events, (tuple, list)) or not events \
-                or not all(isinstance(e, str) and e for e in events):
-            raise HookError(f"Profiler: events must be a join point name or a non-empty tuple of them, "
-                            f"got {events!r}.")
+        events = event_names(events, "Profiler")
         if not isinstance(dir, (str, os.PathLike)) or not os.fspath(dir):
             raise HookError(f"Profiler: dir must be a folder path, got {dir!r}.")
         if not isinstance(step_event, str) or not step_event:
@@ -47,7 +42,7 @@ class Profiler(ShippedCallback):
         for name, value in (("wait", wait), ("warmup", warmup)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise HookError(f"Profiler: {name} must be a whole number >= 0, got {value!r}.")
-        self.events: tuple[str, ...] = tuple(events)
+        self.events: tuple[str, ...] = events
         self.dir, self.step_event, self.fit_event = dir, step_event, fit_event
         self.wait, self.warmup = wait, warmup
         self.active = whole_number(active, "active", "Profiler")
