@@ -63,6 +63,24 @@ def test_a_cycle_is_refused_at_registration_and_leaves_nothing_behind(hw):
     assert log == ["a"]
 
 
+def test_a_cycle_across_two_spellings_of_one_join_point_is_refused_at_registration(hw):
+    """'train-step' and 'train_step' name one join point: their callbacks are
+    ordered together, so a cycle between them is found when the second is added
+    (it was found only at the next call)."""
+    class Trainer(hw.Hookable):
+        @hw.hookable
+        def train_step(self):
+            pass
+
+    t, log = Trainer(), []
+    a, b = recorder(log, "a"), recorder(log, "b")
+    t.before("train_step", a, after="b")
+    with pytest.raises(hw.HookError, match=r"constraints form a cycle"):
+        t.before("train-step", b, after="a")
+    t.train_step()
+    assert log == ["a"]
+
+
 def test_constraints_apply_within_a_tier_only(hw):
     log = []
 

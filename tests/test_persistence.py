@@ -107,16 +107,18 @@ def test_the_hookwrap_names_a_pickle_holds_are_pinned(built):
     assert [clone.compute_loss(2), clone.compute_loss(2)] == [2.1, 4.1]  # every=2, loaded with it
     assert {name for name in seen if name.startswith("hookwrap")} == {
         "hookwrap._options.Gate", "hookwrap._options.Options", "hookwrap._options.Registration",
-        "hookwrap._tiers.InstanceRecord",
+        "hookwrap._instances.InstanceRecord",
     }
 
 
-def test_an_object_pickled_when_the_instance_record_was_called_instance_hooks_still_loads(built):
-    """hookwrap 0.1.0 pickled an instance's record as hookwrap._tiers.InstanceHooks."""
+@pytest.mark.parametrize("saved_as", ["hookwrap._tiers\nInstanceHooks", "hookwrap._tiers\nInstanceRecord"])
+def test_an_object_pickled_under_an_earlier_name_of_the_instance_record_still_loads(built, saved_as):
+    """hookwrap 0.1.0 pickled an instance's record as hookwrap._tiers.InstanceHooks,
+    later versions as hookwrap._tiers.InstanceRecord, before it moved to _instances."""
     t = built.Trainer()
     t.before("loss", built.double_batch)
     new = pickle.dumps(t, protocol=0)  # names classes as text lines: renamable in place
-    assert b"InstanceRecord\n" in new
-    clone = pickle.loads(new.replace(b"InstanceRecord\n", b"InstanceHooks\n"))
+    assert b"hookwrap._instances\nInstanceRecord\n" in new
+    clone = pickle.loads(new.replace(b"hookwrap._instances\nInstanceRecord\n", saved_as.encode() + b"\n"))
     assert clone.compute_loss(2) == t.compute_loss(2) == 4.1  # its callback came back with it
     assert clone.callbacks == [("pre-loss", built.double_batch)]

@@ -10,8 +10,8 @@ from typing import Any
 from ._checks import check_pair
 from ._dispatch import join_point_of
 from ._joinpoints import join_points, name_join_point
-from ._owners import class_record, lock
-from ._tiers import ClassCallbacksAttribute, callback_methods, check_class_tier
+from ._owners import ClassCallbacksAttribute, callback_methods, class_record, lock
+from ._tiers import check_class_tier
 from .errors import HookError
 from ._hookable import make_join_point
 

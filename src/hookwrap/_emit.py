@@ -14,7 +14,8 @@ from ._dispatch import EmitEvent, emitter
 from ._policy import EmitStep, MAX_CALL_SHAPES
 from ._codegen import emit_runner
 from ._owners import class_record, lock
-from ._tiers import can_hold_state, entries_for, instance_state
+from ._instances import can_hold_state, instance_state
+from ._tiers import entries_for
 from .errors import HookError, safe_repr
 from ._events import CUSTOM
 from ._signature import callable_label, callback_parameters

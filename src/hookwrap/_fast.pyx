@@ -569,7 +569,7 @@ cdef object _run_fast(_ShapePlan plan, object func, object obj, PyObject **args,
 
 
 cdef class HookState:
-    """Per-instance hook state: the instance's own attribute ``STATE_KEY`` (see _tiers)."""
+    """Per-instance hook state: the instance's own attribute ``STATE_KEY`` (see _instances)."""
 
     cdef public dict chains
     cdef public dict emit_cache  # custom event -> EmitEvent (see emit)

@@ -228,7 +228,7 @@ class Chain:
 
 
 class HookState:
-    """Per-instance hook state: the instance's own attribute ``STATE_KEY`` (see _tiers)."""
+    """Per-instance hook state: the instance's own attribute ``STATE_KEY`` (see _instances)."""
 
     __slots__ = ("chains", "emit_cache")
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ._classes import ClassCallbacksAttribute, declared_callbacks, prepare_class
 from ._policy import STATE_KEY
 from ._registration import Handle, register
-from ._tiers import instance_state
+from ._instances import instance_state
 from ._callback import Callback, add_callback
 from ._emit import emit
 from .errors import HookError

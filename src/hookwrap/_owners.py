@@ -8,11 +8,11 @@ that would keep that thing alive.
   ``WeakKeyDictionary`` would not be (a value that refers to its key, such as a
   callback method using ``super()``, keeps the key alive);
 * a plain function join point: a ``Record`` in ``jp.record``;
-* an instance: ``InstanceRecord`` in its own attribute ``__hookwrap__`` (``_tiers``);
+* an instance: ``InstanceRecord`` in its own attribute ``__hookwrap__`` (``_instances``);
 * the global tier: ``GLOBAL``.
 
-A registration changes one owner and invalidates only the caches that read it
-(``changed_*``): the chains of that event, for that class and its subclasses,
+Every owner stores and removes its registrations itself (``add``, ``remove``) and
+invalidates, in its ``changed(event)``, only the caches that read them: the chains of that event, for that class and its subclasses,
 that function, that instance, or (global) every class. Caches are dropped and
 their chains marked invalid, so a call already holding one finds it stale and
 nothing keeps a removed callback alive. Of the chains a change drops, those
@@ -28,12 +28,14 @@ from typing import Any, Iterator
 
 from ._policy import RECORD_ATTR, STATE_KEY
 from .errors import HookError
-from ._events import normalize
+from ._events import callback_method_event, normalize
 
 __all__ = [
     "GLOBAL",
+    "ClassCallbacksAttribute",
     "ClassRecord",
     "Record",
+    "callback_methods",
     "changed_class",
     "class_record",
     "discard_class_record",
@@ -42,7 +44,9 @@ __all__ = [
     "function_record",
     "is_builtin_type",
     "lock",
+    "position",
     "rebuild",
+    "refuse_late_class_changes",
     "traced_ones",
     "with_subclasses",
 ]
@@ -55,14 +59,29 @@ lock = threading.RLock()
 class Record:
     """The registrations of one owner, and the chains built from them. Every owner
     of registrations (this, ClassRecord, the GLOBAL one, an instance's
-    _tiers.InstanceRecord) has ``registrations`` and ``changed(event)``: the one
-    place that invalidates what a change of them touches."""
+    _instances.InstanceRecord) has ``registrations``, ``add(entries)``,
+    ``remove(entry)`` and ``changed(event)``: the one place that invalidates what
+    a change of them touches. Callers hold ``lock`` and have checked the entries."""
 
     __slots__ = ("registrations", "chains", "__weakref__")
 
     def __init__(self) -> None:
         self.registrations: list[Any] = []  # options.Registration, in order
         self.chains: dict[Any, Any] = {}  # join point -> Chain
+
+    def add(self, entries: list[Any]) -> None:
+        self.registrations.extend(entries)
+        for event in dict.fromkeys(entry.name for entry in entries):
+            self.changed(event)
+
+    def remove(self, entry: Any) -> bool:
+        """Remove ``entry`` itself (not an equal pair); False if it is not here."""
+        i = position(self.registrations, entry)
+        if i is None:
+            return False
+        del self.registrations[i]
+        self.changed(entry.name)
+        return True
 
     def changed(self, event: str | None) -> None:
         """A function join point's registrations changed (it has one event): drop
@@ -76,6 +95,14 @@ class Record:
             if jp.owner is None:  # a function: its last chain is this one
                 jp.forget_last_chain()
         return dropped
+
+
+def position(entries: list[Any], entry: Any) -> int | None:
+    """Where ``entry`` itself (not an equal pair) is in ``entries``."""
+    for i, e in enumerate(entries):
+        if e is entry:
+            return i
+    return None
 
 
 def drop_chains(chains: dict[Any, Any], event: str | None) -> list[tuple[Any, Any]]:
@@ -123,7 +150,7 @@ class ClassRecord(Record):
         self.cls = cls
         self.prepared = False  # a Hookable subclass: its callbacks list and methods count
         self.declared: tuple[Any, ...] | None = ()  # its `callbacks` list, parsed; None drops
-        self.body: dict[str, Any] = {}  # its callback methods when it was created (see _tiers)
+        self.body: dict[str, Any] = {}  # its callback methods when it was created
         self.own_entries: list[Any] | None = None  # its class-body entries (cache)
         self.join_points: dict[str, Any] | None = None  # event -> join point (cache)
         self.checked = False  # its class tier passed the checks
@@ -137,6 +164,29 @@ class ClassRecord(Record):
     def changed(self, event: str | None) -> None:
         changed_class(self.cls, event)
 
+    def refuse_late_changes(self) -> None:
+        """A class's ``callbacks`` list and callback methods are read when it is
+        created; one assigned later would be ignored (no metaclass sees the
+        assignment: Hookable mixes with ABC and other metaclasses), so it is refused
+        wherever the class tier is read next: a registration, a call planning its
+        chain, ``describe``."""
+        klass = self.cls
+        where = klass.__qualname__
+        fix = (f"Declare it in the class body, or register for every instance with "
+               f"hookwrap.before({where}, 'step', fn) (after, around, on_error), or on one object "
+               f"with obj.before(...).")
+        late = vars(klass).get("callbacks")
+        if late is not None and not isinstance(late, ClassCallbacksAttribute):
+            raise HookError(f"{where}.callbacks was assigned after the class was created, where "
+                            f"it is not read (its declared list is fixed then). {fix}")
+        now = callback_methods(klass)
+        if now != self.body:
+            changed = sorted(attr for attr in now.keys() | self.body.keys()
+                             if now.get(attr, _GONE) is not self.body.get(attr, _GONE))
+            raise HookError(f"{where}.{changed[0]} was assigned or deleted after the class was "
+                            f"created, where it is not read (callback methods are read then). {fix}")
+
+
     def drop(self, event: str | None) -> list[tuple[Any, Any, Any]]:
         """Drop the chains of ``event`` (None: all) built for this class and its
         instances; returns them for ``rebuild``."""
@@ -147,6 +197,28 @@ class ClassRecord(Record):
             if state.ready:
                 dropped.extend(traced_ones(gone, state))
         return dropped
+
+
+_GONE = object()
+
+
+class ClassCallbacksAttribute:
+    """Base of the descriptor that serves ``obj.callbacks`` (see _mixin): what a
+    Hookable class's ``callbacks`` attribute is once the class is created."""
+
+
+def callback_methods(klass: type) -> dict[str, Any]:
+    """``klass``'s own ``{phase}_<event>_callback`` attributes."""
+    return {attr: value for attr, value in list(vars(klass).items()) if callback_method_event(attr)}
+
+
+def refuse_late_class_changes(tp: type) -> None:
+    """``ClassRecord.refuse_late_changes`` for ``tp`` and each prepared class it
+    derives from."""
+    for klass in tp.__mro__:
+        record = class_record(klass, create=False)
+        if record is not None and record.prepared:
+            record.refuse_late_changes()
 
 
 class GlobalRecord(Record):

@@ -1,6 +1,9 @@
-"""Registering callbacks: checked when registered, stored on their owner, undone
-by the ``Handle`` each registration returns. An event string is parsed once, at
-the public entry (``register``), and travels as a ``Registration``."""
+"""Registering callbacks, in one straight line: the event parsed once, at the
+public entry (``register``), into a ``Registration``; its owner found (an
+instance's, a class's or a function's record, or the global one); the entry
+checked against the join point (``_checks``), and its order; stored on the owner,
+which invalidates what it changed (``Record.add``). The ``Handle`` returned undoes
+it (``Record.remove``)."""
 
 from __future__ import annotations
 
@@ -9,10 +12,10 @@ from typing import Any, Callable
 
 from ._checks import check_custom_callback, check_registration, fitting_step, planned_step
 from ._dispatch import join_point_of
+from ._instances import instance_state
 from ._policy import FUNCTION
 from ._joinpoints import all_join_points, has_join_points, spec_of
-from ._owners import GLOBAL, class_record, function_record, is_builtin_type, lock
-from ._tiers import instance_state, refuse_late_class_changes
+from ._owners import GLOBAL, class_record, function_record, is_builtin_type, lock, refuse_late_class_changes
 from .errors import HookError, UnknownEventError, closest, safe_repr
 from ._events import CUSTOM, PHASES, normalize, parse_event
 from ._options import Registration, make_options, order_entries
@@ -39,17 +42,8 @@ class Removable:
 
 
 # Where a registration was stored: its owner (an _owners.Record, or an instance's
-# _tiers.InstanceRecord: each has `registrations` and `changed(event)`), and the entry.
+# _instances.InstanceRecord: each has `registrations`, `add`, `remove`), and the entry.
 Place = tuple[Any, Registration]
-
-
-def _remove_identical(entries: list[Any], entry: Any) -> bool:
-    """Remove ``entry`` itself (not an equal pair) from ``entries``; False if absent."""
-    for i, e in enumerate(entries):
-        if e is entry:
-            del entries[i]
-            return True
-    return False
 
 
 class Handle(Removable):
@@ -77,8 +71,7 @@ class Handle(Removable):
     def remove(self) -> None:
         with lock:
             for owner, entry in self._places:
-                if _remove_identical(owner.registrations, entry):
-                    owner.changed(entry.name)
+                owner.remove(entry)
 
     def __repr__(self) -> str:
         state = "active" if self.active else ("pending" if self._register else "removed")
@@ -87,20 +80,13 @@ class Handle(Removable):
 
 
 def _add(owner: Any, new: list[Registration]) -> Handle:
-    """Append entries to ``owner``'s (under the lock); check their ordering; have the
-    owner invalidate what they change; return their handle."""
-    entries = owner.registrations
+    """Store checked entries on ``owner`` (which invalidates what they change) once
+    their ordering is known to hold; return their handle."""
     with lock:
-        entries.extend(new)
-        try:
-            for event in {e[0] for e in new}:
-                order_entries([e for e in entries if e[0] == event])  # raises on a cycle
-        except HookError:
-            for e in new:
-                _remove_identical(entries, e)
-            raise
-        for event in dict.fromkeys(entry.name for entry in new):
-            owner.changed(event)
+        entries = list(owner.registrations) + new
+        for key in dict.fromkeys((e.phase, e.name) for e in new):
+            order_entries([e for e in entries if (e.phase, e.name) == key])  # raises on a cycle
+        owner.add(new)
     return Handle([(owner, entry) for entry in new])
 
 
@@ -162,6 +148,8 @@ def register_entries(target: Any, registrations: list[Registration], where: str)
     refuse_late_class_changes(type(target))
     state = instance_state(target)
     assert state is not None
+    for registration in registrations:
+        check_registration(type(target), registration, where)
     return _add(state, registrations)
 
 

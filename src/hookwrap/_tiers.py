@@ -17,42 +17,24 @@ Within a tier: registration order, ``prepend=True`` first, then ``before=`` /
 
 from __future__ import annotations
 
-import copy
 from types import FunctionType
-from typing import Any, Iterable, NamedTuple, cast
+from typing import Any, Iterable, NamedTuple
 
-from ._checks import check_custom_callback, check_entry, check_event, pickle_problem, planned_step
-from ._dispatch import HookState
-from ._policy import STATE_KEY
+from ._checks import check_custom_callback, check_event, planned_step
 from ._joinpoints import spec_of
-from ._owners import (
-    GLOBAL,
-    changed_class,
-    class_record,
-    drop_chains,
-    drop_emit_events,
-    lock,
-    rebuild,
-    traced_ones,
-)
-from .errors import CallbackPicklingError, HookError
-from ._events import CUSTOM, callback_method_event, normalize
-from ._options import Options, Registration, order_entries
-from ._signature import callable_label
+from ._owners import GLOBAL, class_record
+from .errors import HookError
+from ._events import CUSTOM, callback_method_event
+from ._options import Registration, order_entries
+# An instance's record was defined here: objects pickled then name it hookwrap._tiers.
+from ._instances import InstanceRecord, InstanceRecord as InstanceHooks  # noqa: F401
 
 __all__ = [
-    "ClassCallbacksAttribute",
     "Entry",
-    "InstanceCallbackList",
-    "InstanceRecord",
     "Source",
-    "callback_methods",
-    "can_hold_state",
     "check_class_tier",
     "class_entries",
-    "refuse_late_class_changes",
     "entries_for",
-    "instance_state",
 ]
 
 
@@ -105,52 +87,11 @@ def _entry(registration: Registration, source: Source) -> Entry:
 # --- the class tier ------------------------------------------------------------
 
 
-class ClassCallbacksAttribute:
-    """Base of the descriptor that serves ``obj.callbacks`` (see mixin)."""
-
-
-def callback_methods(klass: type) -> dict[str, Any]:
-    """``klass``'s own ``{phase}_<event>_callback`` attributes."""
-    return {attr: value for attr, value in list(vars(klass).items()) if callback_method_event(attr)}
-
-
-def _refuse_late_changes(klass: type, record: Any) -> None:
-    """A class's ``callbacks`` list and callback methods are read when it is created;
-    one assigned later would be ignored (no metaclass sees the assignment: Hookable
-    mixes with ABC and other metaclasses), so it is refused wherever the class tier
-    is read next: a registration, a call planning its chain, ``describe``."""
-    where = klass.__qualname__
-    fix = (f"Declare it in the class body, or register for every instance with "
-           f"hookwrap.before({where}, 'step', fn) (after, around, on_error), or on one object "
-           f"with obj.before(...).")
-    late = vars(klass).get("callbacks")
-    if late is not None and not isinstance(late, ClassCallbacksAttribute):
-        raise HookError(f"{where}.callbacks was assigned after the class was created, where "
-                        f"it is not read (its declared list is fixed then). {fix}")
-    now = callback_methods(klass)
-    if now != record.body:
-        changed = sorted(attr for attr in now.keys() | record.body.keys()
-                         if now.get(attr, _GONE) is not record.body.get(attr, _GONE))
-        raise HookError(f"{where}.{changed[0]} was assigned or deleted after the class was created, "
-                        f"where it is not read (callback methods are read then). {fix}")
-
-
-_GONE = object()
-
-
-def refuse_late_class_changes(tp: type) -> None:
-    """``_refuse_late_changes`` for ``tp`` and each prepared class it derives from."""
-    for klass in tp.__mro__:
-        record = class_record(klass, create=False)
-        if record is not None and record.prepared:
-            _refuse_late_changes(klass, record)
-
-
 def _own_entries(klass: type, record: Any) -> tuple[list[Entry] | None, list[tuple[str, Entry | None]]]:
     """``klass``'s class-body entries: its declared list (None: ``callbacks = None``
     drops the inherited ones) and its callback methods (None: ``pre_step_callback =
     None`` drops the inherited one). Read once, kept in its record."""
-    _refuse_late_changes(klass, record)
+    record.refuse_late_changes()
     if record.own_entries is not None:
         return record.own_entries  # type: ignore[no-any-return]
     declared: list[Entry] | None = None
@@ -210,234 +151,6 @@ def check_class_tier(cls: type) -> None:
             check_custom_callback(entry.fn, where, pass_obj=True)
         else:
             planned_step(entry.registration, spec_of(jp))
-
-
-# --- the instance tier ---------------------------------------------------------
-
-
-class InstanceCallbackList(list):  # type: ignore[type-arg]
-    """``obj.callbacks``: this instance's ``(event, fn)`` entries.
-
-    A list of the object's own; the class's declared list is never touched.
-    Every entry is checked when it is added (unknown event, bad signature), and
-    every change takes effect at the next call.
-    """
-
-    __slots__ = ("_cls", "_state")
-
-    def __init__(self, cls: type, items: Iterable[Any] = (), state: Any = None) -> None:
-        super().__init__()
-        self._cls = cls
-        self._state = state  # the InstanceRecord whose chains a change drops
-        self.extend(items)
-
-    def _check(self, item: Any) -> Any:
-        return check_entry(self._cls, item, f"{self._cls.__qualname__} instance callbacks")
-
-    def _changed(self, items: Iterable[Any] | None = None) -> None:
-        """Drop the instance's chains of the events of ``items`` (None: of every event)."""
-        state = self._state
-        if state is None:
-            return
-        events = [None] if items is None else list({item.name for item in items})
-        dropped = [gone for event in events for gone in state.drop(event)]
-        if state.ready:
-            # Its own chains that compiled code traced, and the first chain of an
-            # event whose class chain compiled code traced (an instance gaining
-            # callbacks of its own after compiling).
-            record = class_record(self._cls, create=False)
-            first = [(jp, chain) for jp, chain in (record.chains.items() if record else ())
-                     if (None in events or normalize(jp.event) in events)
-                     and jp not in state.chains]
-            rebuild(traced_ones(dropped, state) + traced_ones(first, state))
-
-    def append(self, item: Any) -> None:
-        item = self._check(item)
-        with lock:
-            super().append(item)
-            self._changed([item])
-
-    def extend(self, items: Iterable[Any]) -> None:
-        items = [self._check(item) for item in items]
-        with lock:
-            super().extend(items)
-            self._changed(items)
-
-    def insert(self, index: Any, item: Any) -> None:
-        item = self._check(item)
-        with lock:
-            super().insert(index, item)
-            self._changed([item])
-
-    def __iadd__(self, items: Iterable[Any]) -> InstanceCallbackList:  # type: ignore[misc]
-        self.extend(items)
-        return self
-
-    def __setitem__(self, index: Any, value: Any) -> None:
-        value = [self._check(v) for v in value] if isinstance(index, slice) else self._check(value)
-        with lock:
-            super().__setitem__(index, value)
-            self._changed()
-
-    def __delitem__(self, index: Any) -> None:
-        with lock:
-            removed = self[index]
-            super().__delitem__(index)
-            self._changed(removed if isinstance(index, slice) else [removed])
-
-    def remove(self, item: Any) -> None:
-        with lock:
-            removed = self[self.index(item)]
-            super().remove(item)
-            self._changed([removed])
-
-    def pop(self, index: Any = -1) -> Any:
-        with lock:
-            item = super().pop(index)
-            self._changed([item])
-            return item
-
-    def clear(self) -> None:
-        with lock:
-            super().clear()
-            self._changed()
-
-    def sort(self, *args: Any, **kwargs: Any) -> None:
-        with lock:
-            super().sort(*args, **kwargs)
-            self._changed()
-
-    def reverse(self) -> None:
-        with lock:
-            super().reverse()
-            self._changed()
-
-    def __imul__(self, n: Any) -> InstanceCallbackList:  # type: ignore[misc]
-        with lock:
-            super().__imul__(n)
-            self._changed()
-        return self
-
-    def __reduce__(self) -> Any:
-        return (InstanceCallbackList, (self._cls, list(self)))
-
-
-class InstanceRecord(HookState):
-    """What hookwrap keeps about one instance (its own attribute ``STATE_KEY``): the
-    instance tier's registrations (``obj.callbacks``) and its chain cache."""
-
-    def __init__(self, cls: type, callbacks: Iterable[Any] = ()) -> None:
-        super().__init__()
-        self.cls = cls
-        record = class_record(cls)
-        assert record is not None
-        with lock:  # from now on, calls on `cls` instances look for instance state
-            record.states.add(self)
-            if not record.stateful:
-                record.stateful = True
-                changed_class(cls, None)
-        self.callbacks = InstanceCallbackList(cls, callbacks, self)
-
-    @property
-    def registrations(self) -> InstanceCallbackList:
-        """``obj.callbacks``, as every owner of registrations names them (_owners.Record)."""
-        return self.callbacks
-
-    def changed(self, event: str | None) -> None:
-        """Nothing to do: the list itself drops the chains a change touches, as
-        ``obj.callbacks`` is also changed directly (append, del, ...)."""
-
-    @property
-    def ready(self) -> bool:
-        """Its callbacks list is in place (not while that list is being built)."""
-        return "callbacks" in self.__dict__
-
-    def drop(self, event: str | None) -> list[tuple[Any, Any]]:
-        """Invalidate and drop this instance's chains of ``event`` (None: all);
-        returns them (``_owners.drop_chains``)."""
-        dropped = drop_chains(self.chains, event)
-        self.forget_last_chain()
-        drop_emit_events(self.emit_cache, event)
-        return dropped
-
-    def __reduce__(self) -> Any:
-        # Pickling (torch.save): each callback must be one pickle can save; say which
-        # is not, and how to save without it. The chain caches are rebuilt on load.
-        for entry in self.callbacks:
-            problem = pickle_problem(entry[1])
-            if problem is not None:
-                raise CallbackPicklingError(
-                    f"cannot pickle this {self.cls.__qualname__}: its callback "
-                    f"{callable_label(entry[1])} for event {entry[0]!r} is {problem}, which pickle "
-                    f"cannot save. Register a module-level function instead, remove the callback "
-                    f"before saving (handle.remove(), or obj.callbacks.clear()), or save the "
-                    f"weights alone: torch.save(obj.state_dict(), path)."
-                )
-        return (InstanceRecord, (self.cls, list(self.callbacks)))
-
-    def __copy__(self) -> InstanceRecord:
-        # The same callbacks, each with filters of its own (every/once counters go on
-        # from where they are, apart from the original's).
-        return InstanceRecord(self.cls, [_with_own_filters(entry) for entry in self.callbacks])
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> InstanceRecord:
-        # Copying is not pickling: a lambda callback is copied as it is.
-        return InstanceRecord(self.cls, copy.deepcopy(list(self.callbacks), memo))
-
-
-InstanceHooks = InstanceRecord  # its name in 0.1.0: objects pickled by it still load
-
-
-def _with_own_filters(entry: Any) -> Any:
-    options = getattr(entry, "options", None)
-    if options is None or options.gate is None:
-        return entry
-    gate = copy.copy(options.gate)
-    return Registration(entry[0], entry[1], Options(options.prepend, options.before, options.after, gate),
-                        (entry.phase, entry.name))
-
-
-def can_hold_state(obj: Any) -> bool:
-    """Whether ``obj`` can keep instance callbacks (it has a ``__dict__``)."""
-    return bool(type(obj).__dictoffset__) or hasattr(obj, "__dict__")
-
-
-def instance_state(obj: Any, create: bool = True) -> InstanceRecord | None:
-    tp = type(obj)
-    if not tp.__dictoffset__ and not hasattr(obj, "__dict__"):
-        raise HookError(
-            f"{tp.__qualname__} instances have no __dict__ (__slots__?), so they cannot "
-            f"hold instance callbacks; register on the class instead: "
-            f"hookwrap.before({tp.__name__}, ...)."
-        )
-    state = _own_state(obj)
-    if state is None and create:
-        with lock:
-            state = _own_state(obj)
-            if state is None:
-                state = InstanceRecord(tp)
-                _store_state(obj, state)
-    return cast("InstanceRecord | None", state)
-
-
-# An object's state is read and stored without asking for its __dict__: on
-# CPython 3.11 and 3.12 that moves the attributes it keeps inline into a new
-# dict, and every attribute read on it is slower from then on (a method reading
-# two attributes: 36 -> 68 ns a call on 3.11). The dispatch reads it likewise.
-
-
-def _own_state(obj: Any) -> Any:
-    try:
-        return object.__getattribute__(obj, STATE_KEY)  # not its class's __getattr__
-    except AttributeError:
-        return None
-
-
-def _store_state(obj: Any, state: InstanceRecord) -> None:
-    try:
-        object.__setattr__(obj, STATE_KEY, state)  # not its class's __setattr__
-    except TypeError:  # a C base with a setattr of its own, which object's cannot bypass
-        vars(obj)[STATE_KEY] = state
 
 
 # --- all tiers of one event ------------------------------------------------------
