@@ -6,6 +6,8 @@ from __future__ import annotations
 import collections
 import importlib
 import json
+import os
+import re
 from typing import Any
 
 import pytest
@@ -85,6 +87,21 @@ def test_profiler_writes_the_window_with_the_named_ranges(hw, ht, tmp_path):
     assert not torch._C._autograd._profiler_enabled()  # stopped
 
 
+def test_profiler_writes_a_trace_tensorboard_reads(hw, ht, tmp_path):
+    """trace_format="tensorboard": the file torch's tensorboard_trace_handler names,
+    in the log folder, with the same ranges."""
+    trainer = make_trainer(hw)
+    profiler = ht.Profiler(dir=tmp_path / "tb", wait=1, warmup=1, active=3, trace_format="tensorboard")
+    trainer.add_callback(profiler)
+    trainer.fit()
+    assert len(profiler.traces) == 1
+    path = profiler.traces[0]
+    assert os.path.dirname(path) == str(tmp_path / "tb")
+    assert re.fullmatch(r"rank0\.\d+\.pt\.trace\.json", os.path.basename(path))
+    assert os.listdir(tmp_path / "tb") == [os.path.basename(path)]
+    assert range_counts(path) == {name: 3 for name in RANGES}
+
+
 def test_profiler_writes_what_it_has_when_fit_ends_inside_the_window(hw, ht, tmp_path):
     trainer = make_trainer(hw)
     profiler = ht.Profiler(events="loss", dir=tmp_path, wait=0, warmup=1, active=10)
@@ -115,6 +132,7 @@ def test_profiler_on_a_function_join_point(hw, ht, tmp_path):
     ({"events": ()}, "events must be a join point name or a non-empty tuple"),
     ({"dir": None}, "dir must be a folder path"),
     ({"step_event": None}, "step_event must be a join point name"),
+    ({"trace_format": "perfetto"}, "trace_format must be one of 'chrome', 'tensorboard', got 'perfetto'"),
 ])
 def test_profiler_refuses_bad_input(hw, ht, kwargs, message):
     with pytest.raises(hw.HookError, match=message):

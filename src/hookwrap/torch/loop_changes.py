@@ -28,7 +28,9 @@ class GradClip(ShippedCallback):
 
     The norm is computed and applied on the device; nothing is read back to the host
     (no ``.item()``), so clipping never waits for the device. Use it as the loop
-    written by hand would: clip after ``backward``, before ``optimizer_step``."""
+    written by hand would: clip after ``backward``, before ``optimizer_step``.
+    Beside ``GradAccumulation`` it clips after every ``backward``, so the sum so far
+    each time, not once the accumulated sum (what Lightning and transformers do)."""
 
     def __init__(self, max_norm: float, norm_type: float = 2.0, event: str = "backward",
                  model: Any = "model") -> None:

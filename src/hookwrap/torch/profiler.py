@@ -14,6 +14,8 @@ from ._attach import DefaultEvent, ShippedCallback, event_names, whole_number
 
 __all__ = ["Profiler"]
 
+TRACE_FORMATS = ("chrome", "tensorboard")
+
 
 class Profiler(ShippedCallback):
     """Puts a ``torch.profiler.record_function(f"hookwrap:{event}")`` range (and a
@@ -25,13 +27,18 @@ class Profiler(ShippedCallback):
     ``fit_event`` ends first, with what was recorded) the trace is written with
     ``export_chrome_trace`` to ``dir/trace_rank{rank}.json`` (open it in Perfetto or
     ``chrome://tracing``) and the profiler stops; ``traces`` lists the files written.
+    ``trace_format="tensorboard"`` writes it with
+    ``torch.profiler.tensorboard_trace_handler`` instead, as
+    ``dir/rank{rank}.<time>.pt.trace.json``, the layout TensorBoard's profiler
+    plugin (``torch-tb-profiler``) reads: ``dir`` is a run, ``tensorboard --logdir``
+    its parent. Perfetto opens that file too.
     The ranges stay on every call, for a profiler or ``nsys`` of your own.
     ``warmup=0`` is allowed, but torch warns that it can skew the results.
     """
 
     def __init__(self, events: Any = ("step", "loss", "backward", "optimizer_step"), dir: Any = "profile",
                  step_event: str = "step", wait: int = 1, warmup: int = 1, active: int = 3,
-                 fit_event: str | None = DefaultEvent("fit")) -> None:
+                 fit_event: str | None = DefaultEvent("fit"), trace_format: str = "chrome") -> None:
         import torch
 
         events = event_names(events, "Profiler")
@@ -42,6 +49,10 @@ class Profiler(ShippedCallback):
         for name, value in (("wait", wait), ("warmup", warmup)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise HookError(f"Profiler: {name} must be a whole number >= 0, got {value!r}.")
+        if trace_format not in TRACE_FORMATS:
+            raise HookError(f"Profiler: trace_format must be one of {', '.join(map(repr, TRACE_FORMATS))}, "
+                            f"got {trace_format!r}.")
+        self.trace_format = trace_format
         self.events: tuple[str, ...] = events
         self.dir, self.step_event, self.fit_event = dir, step_event, fit_event
         self.wait, self.warmup = wait, warmup
@@ -119,8 +130,16 @@ class Profiler(ShippedCallback):
         prof.stop()
 
     def _write(self, prof: Any) -> None:
-        os.makedirs(self.dir, exist_ok=True)
-        path = os.path.join(os.fspath(self.dir), f"trace_rank{process_rank()}.json")
-        prof.export_chrome_trace(path)
+        folder = os.fspath(self.dir)
+        os.makedirs(folder, exist_ok=True)
+        if self.trace_format == "chrome":
+            path = os.path.join(folder, f"trace_rank{process_rank()}.json")
+            prof.export_chrome_trace(path)
+        else:  # torch's own handler, so the layout is the one its TensorBoard plugin reads
+            import torch
+
+            before = set(os.listdir(folder))
+            torch.profiler.tensorboard_trace_handler(folder, worker_name=f"rank{process_rank()}")(prof)
+            path = os.path.join(folder, *sorted(set(os.listdir(folder)) - before))
         self.traces.append(path)
         self._done = True
