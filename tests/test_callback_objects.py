@@ -235,6 +235,35 @@ def test_module_target(hw):
         hw.before(module, "train_stp", lambda batch: batch)
 
 
+def test_a_callback_refused_on_one_function_of_a_module_registers_on_none(hw):
+    """add_callback(module, cb) is all or nothing: a callback method that does not fit
+    the second function is refused before the first one's is stored."""
+    import types
+
+    module = types.ModuleType("fake_training")
+
+    @hw.hookable
+    def loss(x):
+        return x
+
+    @hw.hookable
+    def optimizer_step(optimizer):
+        return optimizer
+
+    module.loss, module.optimizer_step = loss, optimizer_step
+
+    class Doubler(hw.Callback):
+        def post_loss(self, return_value):
+            return return_value * 2
+
+        def pre_optimizer_step(self, missing):  # no argument 'missing'
+            return None
+
+    with pytest.raises(hw.CallbackSignatureError, match=r"missing"):
+        hw.add_callback(module, Doubler())
+    assert loss(3) == 3  # post_loss was not left behind
+
+
 def test_instance_without_dict(hw):
     class Slotted:
         __slots__ = ()

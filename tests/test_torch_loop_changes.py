@@ -5,7 +5,9 @@ example trainer and on a plain hookable loop, both implementations."""
 from __future__ import annotations
 
 import importlib
+import math
 import types
+from typing import Any
 
 import pytest
 
@@ -200,6 +202,65 @@ def test_grad_accumulation_matches_hand_written_accumulation_on_a_plain_loop(hw,
             hand.optimizer.step()
             hand.optimizer.zero_grad(set_to_none=True)
     same_weights(loop.model, hand.model)
+
+
+@pytest.mark.parametrize("model_given", [False, True])
+def test_grad_accumulation_clips_the_accumulated_gradients_once_before_each_step(hw, ht, model_given):
+    """clip_grad_norm=: the hand-written loop clips the sum of `steps` micro-batches'
+    gradients, once, before optimizer.step(); clipping after every backward differs."""
+    steps, max_norm = 3, 0.05
+    loop, hand, each = make_plain_loop(hw), make_plain_loop(hw), make_plain_loop(hw)
+    loop.add_callback(ht.GradAccumulation(steps, clip_grad_norm=max_norm,
+                                          model=loop.model if model_given else "model"))
+    each.add_callback(ht.GradAccumulation(steps))
+    each.add_callback(ht.GradClip(max_norm))  # after every backward
+    with ht.count_host_reads() as reads:
+        for x, y in plain_data():
+            loop.step(x, y)
+    assert reads.count == 0
+    for x, y in plain_data():
+        each.step(x, y)
+    norms = []
+    for i, (x, y) in enumerate(plain_data()):
+        (torch.nn.functional.mse_loss(hand.model(x), y) / steps).backward()
+        if (i + 1) % steps == 0:
+            norms.append(torch.nn.utils.clip_grad_norm_(hand.model.parameters(), max_norm).item())
+            hand.optimizer.step()
+            hand.optimizer.zero_grad(set_to_none=True)
+    assert max(norms) > max_norm  # the clipping did something
+    same_weights(loop.model, hand.model)
+    assert not all(torch.equal(a, b) for a, b in zip(each.model.parameters(), hand.model.parameters()))
+
+
+def test_grad_accumulation_clipping_on_functions_needs_the_model_itself(hw, ht):
+    model = torch.nn.Linear(3, 2)
+
+    @hw.hookable
+    def loss(x: Any) -> Any:
+        return x
+
+    @hw.hookable
+    def optimizer_step() -> None:
+        pass
+
+    functions = types.ModuleType("loop_functions")
+    functions.loss, functions.optimizer_step = loss, optimizer_step
+    with pytest.raises(hw.CallbackSignatureError, match=r"no object to read the model from.*Pass model= the module"):
+        hw.add_callback(functions, ht.GradAccumulation(2, clip_grad_norm=1.0))
+    assert loss(4.0) == 4.0  # nothing left registered by the refused attach
+    handle = hw.add_callback(functions, ht.GradAccumulation(2, clip_grad_norm=1.0, model=model))
+    assert loss(4.0) == 2.0
+    handle.remove()
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"clip_grad_norm": 0}, "GradAccumulation: clip_grad_norm must be a number > 0 and finite, got 0"),
+    ({"clip_grad_norm": math.inf}, "GradAccumulation: clip_grad_norm must be a number > 0 and finite"),
+    ({"norm_type": -1}, "GradAccumulation: norm_type must be a number > 0, got -1"),
+])
+def test_grad_accumulation_refuses_bad_clipping(hw, ht, kwargs, message):
+    with pytest.raises(hw.HookError, match=message):
+        ht.GradAccumulation(2, **kwargs)
 
 
 def test_grad_accumulation_in_the_global_tier_and_saved_with_the_trainer(hw, ht, example):

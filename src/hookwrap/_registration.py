@@ -108,6 +108,14 @@ def _unknown_in_function(jp: Any, registration: Registration, where: str) -> Unk
     )
 
 
+def _check_function(jp: Any, registrations: list[Registration], where: str) -> None:
+    spec = spec_of(jp)
+    for registration in registrations:
+        if registration.phase == CUSTOM or registration.name != normalize(jp.event):
+            raise _unknown_in_function(jp, registration, where)
+        planned_step(registration, spec)
+
+
 def register_entries(target: Any, registrations: list[Registration], where: str) -> Handle:
     """Register parsed entries on an instance, a class, a module or a function."""
     jp = join_point_of(target)
@@ -120,14 +128,15 @@ def register_entries(target: Any, registrations: list[Registration], where: str)
                     + closest(registration.name, [j.event for j in funcs.values()])
                     + " Make the function hookable with @hookwrap.hookable or hookwrap.weave()."
                 )
-        handles = [register_entries(funcs[r.name], [r], where) for r in registrations]
+        by_function: dict[Any, list[Registration]] = {}
+        for registration in registrations:
+            by_function.setdefault(funcs[registration.name], []).append(registration)
+        for function, entries in by_function.items():  # every check first: all or nothing
+            _check_function(function, entries, where)
+        handles = [_add(function_record(function), entries) for function, entries in by_function.items()]
         return Handle([p for h in handles for p in h._places])
     if jp is not None and jp.binding == FUNCTION and jp.owner is None:
-        spec = spec_of(jp)
-        for registration in registrations:
-            if registration.phase == CUSTOM or registration.name != normalize(jp.event):
-                raise _unknown_in_function(jp, registration, where)
-            planned_step(registration, spec)
+        _check_function(jp, registrations, where)
         return _add(function_record(jp), registrations)
     if jp is not None:  # a method join point: its class
         target = jp.owner

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from ..errors import CallbackSignatureError, HookError
 from ..extend import JoinPointInfo, join_points, per_join_point
-from ._attach import ShippedCallback
+from ._attach import ShippedCallback, from_object
 
 __all__ = ["GradAccumulation", "GradClip"]
 
@@ -29,8 +29,10 @@ class GradClip(ShippedCallback):
     The norm is computed and applied on the device; nothing is read back to the host
     (no ``.item()``), so clipping never waits for the device. Use it as the loop
     written by hand would: clip after ``backward``, before ``optimizer_step``.
-    Beside ``GradAccumulation`` it clips after every ``backward``, so the sum so far
-    each time, not once the accumulated sum (what Lightning and transformers do)."""
+    Beside ``GradAccumulation`` it would clip after every ``backward``, the sum so
+    far each time: to clip the accumulated sum once, before the optimizer step (as
+    Lightning and transformers do), pass ``clip_grad_norm=`` to ``GradAccumulation``
+    instead."""
 
     def __init__(self, max_norm: float, norm_type: float = 2.0, event: str = "backward",
                  model: Any = "model") -> None:
@@ -71,12 +73,22 @@ class GradAccumulation(ShippedCallback):
         if (i + 1) % steps == 0:
             optimizer.step(); optimizer.zero_grad()
 
+    ``clip_grad_norm=max_norm`` clips the accumulated gradients of ``model`` (the
+    hooked object's attribute of that name, or the module itself) once, right
+    before each optimizer step it lets through, with
+    ``torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm, norm_type)``,
+    on the device (no host read), as the hand-written loop does::
+
+        if (i + 1) % steps == 0:
+            clip_grad_norm_(model.parameters(), max_norm); optimizer.step(); ...
+
     Callbacks after it on ``post-<loss_event>`` (loggers) see the scaled loss;
     calls left over at the end of the run (fewer than ``steps``) are not stepped.
     ``calls`` (the optimizer-step calls seen) is saved with ``state_dict`` for a
     resume."""
 
-    def __init__(self, steps: int, event: str = "optimizer_step", loss_event: str = "loss") -> None:
+    def __init__(self, steps: int, event: str = "optimizer_step", loss_event: str = "loss", *,
+                 clip_grad_norm: float | None = None, norm_type: float = 2.0, model: Any = "model") -> None:
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise HookError(f"GradAccumulation: steps must be a whole number >= 1 (the calls of the "
                             f"optimizer step accumulated into one), got {steps!r}.")
@@ -84,6 +96,10 @@ class GradAccumulation(ShippedCallback):
             if not isinstance(value, str) or not value:
                 raise HookError(f"GradAccumulation: {name} must be a join point name, got {value!r}.")
         self.steps, self.event, self.loss_event = steps, event, loss_event
+        self.clip_grad_norm = None if clip_grad_norm is None else \
+            _positive(clip_grad_norm, "clip_grad_norm", where="GradAccumulation")
+        self.norm_type = _positive(norm_type, "norm_type", allow_inf=True, where="GradAccumulation")
+        self.model = model
         self.calls = 0  # calls of `event` seen
 
     def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
@@ -99,6 +115,10 @@ class GradAccumulation(ShippedCallback):
         return self.scale if jp.has_object else self.scale_function
 
     def _choose_around(self, jp: JoinPointInfo) -> Callable[..., Any]:
+        if self.clip_grad_norm is not None and isinstance(self.model, str) and not jp.has_object:
+            raise CallbackSignatureError(
+                f"{self.where}: {jp.where} is a function, with no object to read the model from as "
+                f"attribute {self.model!r} for clip_grad_norm. Pass model= the module itself.")
         return self.accumulate if jp.has_object else self.accumulate_function
 
     def scale(self, obj: Any, return_value: Any) -> Any:
@@ -111,6 +131,11 @@ class GradAccumulation(ShippedCallback):
         self.calls += 1
         if self.calls % self.steps:
             return None
+        if self.clip_grad_norm is not None:
+            import torch
+
+            model = from_object(obj, self.model, "model", self.where)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), self.clip_grad_norm, self.norm_type)
         return proceed(*args, **kwargs)
 
     def accumulate_function(self, proceed: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -127,11 +152,11 @@ class GradAccumulation(ShippedCallback):
         self.calls = state["calls"]
 
 
-def _positive(value: Any, name: str, allow_inf: bool = False) -> float:
+def _positive(value: Any, name: str, allow_inf: bool = False, where: str = "GradClip") -> float:
     """``value`` as a float when it is a real number > 0 (finite unless ``allow_inf``)."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
     if ok and not allow_inf and math.isinf(value):
         ok = False
     if not ok or math.isnan(value):
-        raise HookError(f"GradClip: {name} must be a number > 0{'' if allow_inf else ' and finite'}, got {value!r}.")
+        raise HookError(f"{where}: {name} must be a number > 0{'' if allow_inf else ' and finite'}, got {value!r}.")
     return float(value)
