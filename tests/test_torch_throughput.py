@@ -513,3 +513,24 @@ def test_cuda_memory_follows_an_allocation_and_resets_its_peak(ht):
     del block
     after = memory.report()  # the peak was reset by the last report: the block is gone from it
     assert after["cuda_peak_allocated_mib"] < during["cuda_peak_allocated_mib"]
+
+
+@pytest.mark.third_party
+def test_throughput_on_a_woven_transformers_trainer(hw, ht, tmp_path):
+    """HF's step join point is training_step(model, inputs): its batch is `inputs`,
+    a mapping with input_ids (4 sequences of 16 tokens)."""
+    import importlib
+
+    pytest.importorskip("transformers", reason="needs the thirdparty extra (transformers)")
+    from tests._tiny_hf import tiny_trainer
+
+    preset = importlib.import_module("hookwrap.integrations.transformers")
+    with preset.weave():
+        trainer = tiny_trainer(tmp_path, steps=4)
+        meter = ht.Throughput(every=2, batch="inputs")
+        hw.add_callback(trainer, meter)
+        trainer.train()
+    assert [step for step, _ in meter.history] == [2, 4]
+    for _, metrics in meter.history:
+        assert metrics["samples_per_sec"] == pytest.approx(4 * metrics["steps_per_sec"])
+        assert metrics["tokens_per_sec"] == pytest.approx(16 * metrics["samples_per_sec"])

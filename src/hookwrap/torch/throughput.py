@@ -268,16 +268,16 @@ def _count_batch(batch: Any) -> tuple[int | None, int | None]:
     """(samples, tokens) of a batch by its shapes: ``(None, None)`` where it cannot say."""
     if isinstance(batch, (tuple, list)):
         return _count_batch(batch[0]) if batch else (None, None)
+    shape = getattr(batch, "shape", None)  # a tensor (checked before Mapping: cheaper)
+    if shape is not None:
+        return (shape[0], None) if len(shape) >= 1 else (None, None)
     if isinstance(batch, Mapping):
         ids: Any = batch.get("input_ids")
         if _is_batched(ids):
-            return int(ids.shape[0]), int(ids.numel())
+            return ids.shape[0], ids.numel()
         for value in batch.values():
             if _is_batched(value):
-                return int(value.shape[0]), None
-        return None, None
-    if _is_batched(batch):
-        return int(batch.shape[0]), None
+                return value.shape[0], None
     return None, None
 
 
