@@ -33,6 +33,7 @@ from .early_stopping import EarlyStopping
 from .ema import EMA
 from .loop_changes import GradAccumulation
 from .loop_changes import GradClip
+from .memory import MemoryMonitor
 from .metrics_logger import MetricsLogger
 from .monitors import GradNorm
 from .monitors import LRMonitor
@@ -43,6 +44,9 @@ from .progress import ProgressBar
 from .readback import HostReads
 from .readback import ReadBack
 from .readback import count_host_reads
+from .throughput import Throughput
+from .throughput import measure_flops
+from .throughput import peak_flops
 from .timer import StepTimer
 
 __all__ = [
@@ -56,6 +60,7 @@ __all__ = [
     "GradNorm",
     "HostReads",
     "LRMonitor",
+    "MemoryMonitor",
     "MetricsLogger",
     "NanGuard",
     "NonFiniteError",
@@ -63,10 +68,13 @@ __all__ = [
     "ProgressBar",
     "ReadBack",
     "StepTimer",
+    "Throughput",
     "all_ranks_mean",
     "any_rank",
     "count_host_reads",
     "is_distributed",
+    "measure_flops",
+    "peak_flops",
     "per_rank",
     "ranks_where",
 ]
