@@ -406,6 +406,12 @@ def test_demo_trains_stops_early_and_reports(hw, tmp_path):
     assert (tmp_path / "best.pt").exists() and (tmp_path / "metrics.csv").exists()
     assert report["timer"].count >= report["steps"] and report["plain_step"] > 0
     assert "overhead" in text and "% of step time" in text
+    rates = report["rates"]  # Throughput's last 50-step window of training: batches of 32 (one of 6)
+    assert rates["samples_per_sec"] == pytest.approx(32 * rates["steps_per_sec"], rel=0.02)
+    assert f"{rates['samples_per_sec']:,.0f} samples/s" in text
+    assert report["ranges"] == {f"hookwrap:{e}": 3 for e in ("step", "loss", "backward", "optimizer_step")}
+    assert report["trace"] == tmp_path / "profile" / "trace_rank0.json" and report["trace"].exists()
+    assert lines[-2].startswith("profile (Profiler, 3 steps after training): ")
     assert lines[-1] == f"dispatch: {'compiled' if hw.USING_EXTENSION else 'pure Python'}"
     assert "epoch 1: 100%" in stream.getvalue()  # the global ProgressBar
 

@@ -124,7 +124,7 @@ def test_the_demo_set_reads_back_at_most_once_per_10_steps(hw, tmp_path):
     # everything queued per NanGuard read-back: here once per epoch.
     assert reads.count <= trainer.steps // TARGET_STEPS_PER_READ, reads
     assert reads.count == EPOCHS and reads.by_method == {"tolist": EPOCHS}
-    guard, _, _, _, grad_norm, _, log = callbacks
+    guard, _, _, _, grad_norm, _, throughput, log = callbacks
     assert guard.checked == 100
     # Every value still arrives, each at its step.
     assert grad_norm.history == [(50, pytest.approx(grad_norm.history[0][1])),
@@ -132,6 +132,7 @@ def test_the_demo_set_reads_back_at_most_once_per_10_steps(hw, tmp_path):
     logged = [(step, value) for step, name, value in log.read() if name == "loss"]
     assert logged == [(s, pytest.approx(float(trainer.losses[s - 1]))) for s in range(10, 101, 10)]
     assert bar.loss == pytest.approx(float(trainer.losses[90]))  # the last loss it queued (step 91)
+    assert [step for step, _ in throughput.history] == [50, 100]  # counted from shapes: no read
 
 
 def test_the_demo_set_on_a_long_epoch_still_meets_the_target(hw, tmp_path):

@@ -7,11 +7,14 @@ points. Callbacks are added each way hookwrap offers: a class ``callbacks``
 list, a ``post_*_callback`` method, ``@trainer.before("loss")``, ``Callback``
 objects (hookwrap.torch's shipped ones) and a global ``with`` block. Then the
 same steps run without any callback, and the report gives the hook overhead
-measured in this run.
+measured in this run; last, a Profiler attached for a few steps writes a trace
+in which the loop's stages appear by name.
 """
 
 from __future__ import annotations
 
+import collections
+import json
 import statistics
 import sys
 import tempfile
@@ -85,17 +88,35 @@ def callback_set(workdir: Path, device: str = "cpu", total: int | None = None,
                  stream: TextIO | None = None) -> tuple[list[Any], Any]:
     """The demo's shipped callbacks, at their defaults but for the settings shown:
     ``(NanGuard, EarlyStopping, BestCheckpoint, StepTimer, GradNorm, LRMonitor,
-    MetricsLogger)`` for the trainer, and the ProgressBar (used on the global tier)."""
+    Throughput, MetricsLogger)`` for the trainer, and the ProgressBar (used on the
+    global tier)."""
     from .torch import (BestCheckpoint, EarlyStopping, GradNorm, LRMonitor, MetricsLogger, NanGuard,
-                        ProgressBar, StepTimer)
+                        ProgressBar, StepTimer, Throughput)
 
     log = MetricsLogger(workdir / "metrics.csv", every=10, tensorboard=False)  # loss every 10 steps
     callbacks = [NanGuard(), EarlyStopping("val_loss", patience=3, min_delta=0.002),
                  BestCheckpoint(workdir / "best.pt", monitor="val_loss", restore_best=True),
                  StepTimer(device),
                  GradNorm(every=50, logger=log),  # a norm costs ~100 us: not every step
-                 LRMonitor(logger=log), log]
+                 LRMonitor(logger=log), Throughput(every=50, logger=log), log]
     return callbacks, ProgressBar(total=total, file=stream or sys.stderr)
+
+
+def profile_steps(trainer: Any, batches: list[Any], folder: Path,
+                  events: tuple[str, ...]) -> tuple[Path, dict[str, int]]:
+    """Profile 3 steps of ``trainer`` (after one warm-up step) with a Profiler
+    attached for them: its trace, and how many ranges of each join point it holds."""
+    from .torch import Profiler
+
+    profiler = Profiler(events=events, dir=folder, wait=0, warmup=1, active=3)
+    with trainer.add_callback(profiler):
+        for batch in batches[:4]:  # the trace is written after the 4th
+            trainer.step(batch)
+    trace = Path(profiler.traces[0])
+    with open(trace, encoding="utf-8") as f:
+        names = [e.get("name", "") for e in json.load(f)["traceEvents"] if e.get("cat") == "user_annotation"]
+    counted = collections.Counter(n for n in names if n.startswith("hookwrap:"))
+    return trace, {f"hookwrap:{event}": counted[f"hookwrap:{event}"] for event in events}
 
 
 def run(epochs: int = 20, device: str = "cpu", hooks: bool = True, out: Callable[[str], Any] = print,
@@ -130,11 +151,12 @@ def run(epochs: int = 20, device: str = "cpu", hooks: bool = True, out: Callable
     callbacks, bar = callback_set(tmp, device, total=len(trainer.train_loader), stream=stream)
     for callback in callbacks:
         trainer.add_callback(callback)
-    _, _, best, timer, grad_norm, _, log = callbacks
+    _, _, best, timer, grad_norm, _, throughput, log = callbacks
 
     with bar:  # global tier, for this block: every hookable trainer with these events
         trainer.fit(epochs)
     epochs_run = len(trainer.history)
+    rates = throughput.last or {}  # of training (the timing below runs its steps detached in turns)
 
     stopped = trainer.stop_reason or "no (ran every epoch)"
     rows, steps, seen = len(log.read()), trainer.steps, samples["seen"]
@@ -148,18 +170,23 @@ def run(epochs: int = 20, device: str = "cpu", hooks: bool = True, out: Callable
     per_step_events = ("step", "loss", "backward", "optimizer_step")
     callbacks_per_step = sum(len(chain) for event, chain in describe(trainer).chains.items()
                              if event in per_step_events)
+    trace, ranges = profile_steps(trainer, list(trainer.train_loader), tmp / "profile", per_step_events)
     out(f"trained {epochs_run} of {epochs} epochs, {steps} steps, {seen} samples; "
         f"stopped early: {stopped}")
     out("final metrics: " + ", ".join(f"{k} {v:.4f}" for k, v in trainer.history[-1].items())
         + f"; best val_loss {best.best.value:.4f} at step {best.best_step}, restored from {best.path.name}")
     out(f"step time (StepTimer): median {timer.median() * 1e6:.0f} us; grad norm {grad_norm.last:.3f}; "
         f"metrics log: {rows} rows in {log.path}")
+    out(f"throughput (Throughput, last 50 steps): {rates.get('samples_per_sec', 0):,.0f} samples/s, "
+        f"{rates.get('steps_per_sec', 0):,.0f} steps/s")
     out(f"hook overhead: {overhead * 1e6:+.1f} us per step = {share:+.1%} of step time{noise}: "
         f"median step {hooked_step * 1e6:.0f} us with the {callbacks_per_step} callbacks of "
         f"{'/'.join(per_step_events)}, {plain_step * 1e6:.0f} us with them detached "
         f"(their own work included; 300 steps each, alternating, this run)")
+    out(f"profile (Profiler, 3 steps after training): {trace}: "
+        + ", ".join(f"{name} x{n}" for name, n in ranges.items()))
     out(f"dispatch: {dispatch_name()}")
-    return {"steps": steps, "epochs": epochs_run, "metrics": trainer.history[-1],
+    return {"steps": steps, "rates": rates, "trace": trace, "ranges": ranges, "epochs": epochs_run, "metrics": trainer.history[-1],
             "stopped": trainer.stop_reason, "hooked_step": hooked_step,
             "plain_step": plain_step,
             "overhead": overhead, "share": share, "samples": seen, "best": best,
