@@ -6,8 +6,8 @@ Each reads back what the logger wrote and compares it with the loop's losses."""
 from __future__ import annotations
 
 import csv
-import glob
 import json
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -68,15 +68,15 @@ def test_lightning_csv_and_tensorboard_loggers_plug_in_unchanged(hw, ht, tmp_pat
     assert [value for _, _, value in read] == pytest.approx([value for _, _, value in want], rel=1e-6)
 
 
-def _wandb_history(run_dir: str) -> list[dict[str, Any]]:
-    """The history rows of an offline W&B run, from its ``.wandb`` file: a header
-    (":W&B", magic, version), then LevelDB-log records (32 KiB blocks, each chunk
-    crc32, length, type) holding protobuf ``Record`` messages."""
+def _wandb_records(path: Path) -> list[Any]:
+    """The records of an offline W&B run's ``.wandb`` file: a header (":W&B", magic,
+    version), then LevelDB-log chunks (32 KiB blocks; each chunk crc32, length,
+    type) holding protobuf ``Record`` messages."""
     from wandb.proto import wandb_internal_pb2
 
-    data = Path(glob.glob(f"{run_dir}/run-*.wandb")[0]).read_bytes()
+    data = path.read_bytes()
     assert data[:4] == b":W&B"
-    pos, block, pending, rows = 7, 32768, b"", []
+    pos, block, pending, records = 7, 32768, b"", []
     while pos + 7 <= len(data):
         if block - pos % block < 7:  # the block's tail is padding
             pos += block - pos % block
@@ -87,11 +87,23 @@ def _wandb_history(run_dir: str) -> list[dict[str, Any]]:
         if kind in (1, 4):  # a whole record, or the last chunk of one
             record = wandb_internal_pb2.Record()
             record.ParseFromString(pending)
+            records.append(record)
             pending = b""
-            if record.WhichOneof("record_type") == "history":
-                rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
-                             for item in record.history.item})
-    return rows
+    return records
+
+
+def _wandb_history(run_dir: Path) -> list[dict[str, Any]]:
+    """The history rows of a finished offline run. wandb.finish() can return
+    before wandb's service has written the file out: wait for the run's exit record."""
+    path = next(run_dir.glob("run-*.wandb"))
+    deadline = time.monotonic() + 30
+    while True:
+        records = _wandb_records(path)
+        if any(r.WhichOneof("record_type") == "exit" for r in records) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    return [{item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in r.history.item}
+            for r in records if r.WhichOneof("record_type") == "history"]
 
 
 def test_wandb_offline_through_lightnings_wandb_logger(hw, ht, tmp_path, monkeypatch):
@@ -106,7 +118,7 @@ def test_wandb_offline_through_lightnings_wandb_logger(hw, ht, tmp_path, monkeyp
     loop.fit(2)
     run_dir = Path(logger.experiment.dir).parent
     wandb.finish()  # Lightning's finalize leaves the run open (wandb closes it at exit)
-    history = _wandb_history(str(run_dir))
+    history = _wandb_history(run_dir)
     logged = [(row["trainer/global_step"], name, value) for row in history
               for name, value in row.items() if not name.startswith(("_", "trainer/"))]
     assert logged == expected()
