@@ -43,10 +43,12 @@ EXAMPLES = examples()
 # Examples that import a third-party trainer (the thirdparty extra) are third_party
 # tests: CI runs them with that extra installed (pytest -m third_party).
 FRAMEWORKS = ("transformers", "lightning", "ignite", "accelerate")
+# Likewise the loggers of the loggers extra (MetricsLogger's examples).
+LOGGERS = ("mlflow", "wandb")
 
 
-def _frameworks(code: str) -> list[str]:
-    return [name for name in FRAMEWORKS if re.search(rf"^(from|import) {name}\b", code, flags=re.M)]
+def _frameworks(code: str, names: tuple[str, ...] = FRAMEWORKS) -> list[str]:
+    return [name for name in names if re.search(rf"^(from|import) {name}\b", code, flags=re.M)]
 
 
 def test_the_docs_have_their_examples():
@@ -81,7 +83,8 @@ def test_every_page_is_in_the_site_navigation():
 
 
 @pytest.mark.parametrize("name", [
-    pytest.param(name, marks=[pytest.mark.third_party] if _frameworks(code) else [], id=name)
+    pytest.param(name, marks=[pytest.mark.third_party] if _frameworks(code) or _frameworks(code, LOGGERS) else [],
+                 id=name)
     for name, code, _ in EXAMPLES
 ])
 def test_example_prints_what_the_page_shows(hw, name):
@@ -90,6 +93,8 @@ def test_example_prints_what_the_page_shows(hw, name):
         pytest.importorskip("torch", reason="the torch extra is not installed")
     for framework in _frameworks(code):
         pytest.importorskip(framework, reason="needs the thirdparty extra")
+    for logger in _frameworks(code, LOGGERS):
+        pytest.importorskip(logger, reason="needs the loggers extra")
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         module = "docs_" + re.sub(r"\W", "_", name)

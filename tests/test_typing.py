@@ -103,8 +103,9 @@ def test_the_docs_examples_pass_mypy_strict(tmp_path):
         # Without torch its classes are Any to mypy, and strict refuses subclassing
         # Any; those examples are checked where the torch extra is installed.
         examples = [code for code in examples if "nn.Module" not in code]
-    # Likewise a framework of the thirdparty extra, where it is not installed.
-    for framework in ("lightning", "transformers", "ignite", "accelerate"):
+    # Likewise a framework of the thirdparty extra, or a logger of the loggers extra,
+    # where it is not installed.
+    for framework in ("lightning", "transformers", "ignite", "accelerate", "mlflow", "wandb"):
         if importlib.util.find_spec(framework) is None:
             examples = [code for code in examples
                         if not re.search(rf"^(from|import) {framework}\b", code, flags=re.M)]

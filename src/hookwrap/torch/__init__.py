@@ -34,7 +34,10 @@ from .ema import EMA
 from .loop_changes import GradAccumulation
 from .loop_changes import GradClip
 from .memory import MemoryMonitor
+from .metrics_logger import CSVWriter
 from .metrics_logger import MetricsLogger
+from .metrics_logger import MetricsSink
+from .metrics_logger import TensorBoardWriter
 from .monitors import GradNorm
 from .monitors import LRMonitor
 from .nan_guard import NanGuard
@@ -52,6 +55,7 @@ from .timer import StepTimer
 __all__ = [
     "Autocast",
     "BestCheckpoint",
+    "CSVWriter",
     "Checkpoint",
     "EMA",
     "EarlyStopping",
@@ -62,12 +66,14 @@ __all__ = [
     "LRMonitor",
     "MemoryMonitor",
     "MetricsLogger",
+    "MetricsSink",
     "NanGuard",
     "NonFiniteError",
     "Profiler",
     "ProgressBar",
     "ReadBack",
     "StepTimer",
+    "TensorBoardWriter",
     "Throughput",
     "all_ranks_mean",
     "any_rank",

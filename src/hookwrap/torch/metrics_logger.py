@@ -1,19 +1,24 @@
-"""``MetricsLogger``: the loss and metrics to a CSV file, and to TensorBoard."""
+"""``MetricsLogger``: the loss and metrics, read back in batches, sent to any number
+of loggers: a CSV file, TensorBoard, and any object with ``log_metrics(metrics,
+step)`` (Lightning's loggers: CSV, TensorBoard, W&B, MLflow, Comet, Neptune)."""
 
 from __future__ import annotations
 
 import csv
 import functools
+import importlib
 import os
-from collections.abc import Mapping
+import types
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple, NoReturn, Protocol
 
+from ..errors import HookError
 from ..extend import reader
 from ._attach import DefaultEvent, CountingCallback, is_rank_zero, to_float, whole_number
 from .readback import shared
 
-__all__ = ["MetricsLogger", "tensorboard_available"]
+__all__ = ["CSVWriter", "MetricsLogger", "MetricsSink", "TensorBoardWriter", "tensorboard_available"]
 
 
 def tensorboard_available() -> bool:
@@ -24,29 +29,136 @@ def tensorboard_available() -> bool:
     return True
 
 
+class MetricsSink(Protocol):
+    """What ``MetricsLogger(loggers=[...])`` sends to: the method Lightning's loggers
+    implement (``lightning.pytorch.loggers.Logger.log_metrics``), so they plug in
+    unchanged, as does the ``mlflow`` module itself. ``metrics`` holds the values of
+    one step, as Python floats; calls come in step order.
+
+    Optional, called when present: ``save()`` after each batch of calls (as
+    Lightning's trainer does), and ``finalize(status)`` when the run ends
+    (``"success"``, or ``"failed"`` when ``fit`` raised), else ``save()`` there."""
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> object: ...
+
+
+class CSVWriter:
+    """Rows ``step,name,value`` to the CSV file ``path`` (appending to what is there,
+    a header first in a new file): the logger ``MetricsLogger(path)`` writes with."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._file: Any = None
+
+    def __repr__(self) -> str:
+        return f"CSVWriter({str(self.path)!r})"
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            new = not self.path.exists() or self.path.stat().st_size == 0
+            self._file = open(self.path, "a", newline="", encoding="utf-8")  # noqa: SIM115
+            if new:
+                self._file.write("step,name,value\n")
+        csv.writer(self._file).writerows((step, name, value) for name, value in metrics.items())
+
+    def save(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+
+    def finalize(self, status: str) -> None:
+        """Close the file (a later row reopens it)."""
+        file, self._file = self._file, None
+        if file is not None:
+            file.close()
+
+    def read(self) -> list[tuple[int, str, float]]:
+        """The rows of the file, parsed (what was written so far)."""
+        self.save()
+        if not self.path.exists():
+            return []
+        with open(self.path, newline="", encoding="utf-8") as f:
+            return [(int(r["step"]), r["name"], float(r["value"])) for r in csv.DictReader(f)]
+
+    def __getstate__(self) -> dict[str, Any]:
+        self.save()
+        return {**self.__dict__, "_file": None}  # an open file does not pickle
+
+
+class TensorBoardWriter:
+    """Scalars to a TensorBoard log folder ``dir`` (``torch.utils.tensorboard``):
+    the logger ``MetricsLogger(path, tensorboard=...)`` writes with."""
+
+    def __init__(self, dir: str | os.PathLike[str]) -> None:
+        self.dir = Path(dir)
+        self._writer: Any = None
+
+    def __repr__(self) -> str:
+        return f"TensorBoardWriter({str(self.dir)!r})"
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        if self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(str(self.dir))
+        for name, value in metrics.items():
+            self._writer.add_scalar(name, value, step)
+
+    def save(self) -> None:
+        if self._writer is not None:
+            self._writer.flush()
+
+    def finalize(self, status: str) -> None:
+        """Close the event file (a later value opens a new one)."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        self.save()
+        return {**self.__dict__, "_writer": None}
+
+
 class MetricsLogger(CountingCallback):
-    """Writes rows ``step,name,value`` to the CSV file ``path``: the loss (what
-    ``loss_event`` returns, every ``every`` steps: each reads a value back from the
-    device), every metric ``metrics_event`` returns, and whatever other callbacks
-    ``log()`` (GradNorm's ``grad_norm``, LRMonitor's ``lr``).
+    """Logs the loss (what ``loss_event`` returns, every ``every`` steps), every
+    metric ``metrics_event`` returns, and whatever other callbacks ``log()``
+    (GradNorm's ``grad_norm``, LRMonitor's ``lr``), and sends them to:
 
-    A tensor value is not read back when logged: it is queued on its device and
-    read with the other shipped callbacks' values (:mod:`hookwrap.torch.readback`),
-    at the latest when the epoch ends (asynchronously on CUDA: a row whose copy is
-    still running is written at the next flush) or when ``fit_event`` returns,
-    ``read()`` is called or the logger is pickled (waiting for the device).
+    * ``path``: rows ``step,name,value`` in a CSV file (``CSVWriter``), and a
+      TensorBoard folder: ``tensorboard=None`` (the default) writes one beside the
+      CSV when the ``tensorboard`` package is installed, ``False`` never, a folder
+      there (``TensorBoardWriter``; with ``path=None`` too);
+    * ``loggers``: any number of objects with ``log_metrics(metrics: dict[str,
+      float], step: int)`` (``MetricsSink``): Lightning's ``CSVLogger``,
+      ``TensorBoardLogger``, ``WandbLogger``, ``MLFlowLogger``, ``CometLogger``,
+      ``NeptuneLogger`` unchanged, the ``mlflow`` module, or a class of your own.
 
-    ``tensorboard``: a log folder for ``torch.utils.tensorboard`` too; ``None`` (the
-    default) writes one beside the CSV when the ``tensorboard`` package is installed,
-    ``False`` never does. Rows are flushed after each epoch and the files closed when
-    ``fit_event`` returns. A resumed run (``load_callback_state``) appends. Under
-    torch.distributed only rank 0 writes (``rank_zero_only``); elsewhere ``log()``
-    drops its values without reading them back from the device.
+    At least one is needed. A tensor value is not read back when logged: it is
+    queued on its device and read with the other shipped callbacks' values
+    (:mod:`hookwrap.torch.readback`), and the rows read are sent in batches: when
+    an epoch ends (asynchronously on CUDA: a row whose copy is still running goes
+    at the next flush), when 1024 rows wait (the current step's stay for the
+    next), and when ``fit_event`` returns, ``read()`` is called or the logger is
+    pickled (waiting for the device). A batch gives each logger one
+    ``log_metrics(metrics, step)`` per step, in step order (a name logged twice in
+    a step, a second call; the evaluation after an epoch's flush, a call of its
+    own for that step), then ``save()`` where it has one. When ``fit_event``
+    returns, each logger's ``finalize("success")`` is called (``"failed"`` when it
+    raises), else its ``save()``.
+
+    A logger that raises misses the rest of that batch; the other loggers still
+    get theirs, and then its exception propagates with a note naming it and the
+    steps it missed (when ``fit`` failed already: a note on that error instead).
+    A resumed run (``load_callback_state``) appends. Under torch.distributed only
+    rank 0 logs (``rank_zero_only``); elsewhere ``log()`` drops its values without
+    reading them back from the device.
     """
 
     rank_zero_only = True
+    max_rows = 1024  # rows waiting that trigger a flush of those read (no read of its own)
 
-    def __init__(self, path: str | os.PathLike[str], *, every: int = 1,
+    def __init__(self, path: str | os.PathLike[str] | None = None, *,
+                 loggers: Iterable[MetricsSink] | MetricsSink = (), every: int = 1,
                  loss_event: str | None = DefaultEvent("loss"),
                  metrics_event: str | None = DefaultEvent("evaluate"),
                  epoch_event: str | None = DefaultEvent("epoch"),
@@ -54,25 +166,44 @@ class MetricsLogger(CountingCallback):
                  tensorboard: str | os.PathLike[str] | bool | None = None,
                  step_event: str | None = DefaultEvent("step")) -> None:
         super().__init__(step_event)
-        self.path, self.every = Path(path), whole_number(every, "every", "MetricsLogger")
+        if path is not None and hasattr(path, "log_metrics"):
+            raise HookError(f"MetricsLogger: path is hookwrap's own CSV file, and {_name(path)} is a "
+                            f"logger: pass it as loggers=[...].")
+        self.path = Path(path) if path is not None else None
+        self.every = whole_number(every, "every", "MetricsLogger")
+        self.loggers = _check_loggers(loggers)
         self.events = {"loss": loss_event, "metrics": metrics_event, "epoch": epoch_event,
                        "fit": fit_event}
         if tensorboard is None:
-            tensorboard = tensorboard_available()
+            tensorboard = self.path is not None and tensorboard_available()
         elif tensorboard is not False and not tensorboard_available():
             raise ImportError(f"MetricsLogger(tensorboard={tensorboard!r}) needs the tensorboard "
                               f"package: pip install tensorboard (or pass tensorboard=False).")
         if tensorboard is True:
+            if self.path is None:
+                raise HookError("MetricsLogger: tensorboard=True writes beside the CSV file, and there is "
+                                "none (path=None): pass tensorboard= a folder, or path=.")
             tensorboard = self.path.with_name(self.path.stem + "_tensorboard")
         self.tensorboard_dir = Path(tensorboard) if tensorboard else None
+        self.csv = CSVWriter(self.path) if self.path is not None else None
+        self.tensorboard = TensorBoardWriter(self.tensorboard_dir) if self.tensorboard_dir else None
+        if not self.sinks:
+            raise HookError("MetricsLogger: nothing to log to. Pass path= (a CSV file) and/or loggers=[...] "
+                            "(objects with log_metrics(metrics, step), such as Lightning's loggers).")
         self.losses = 0
-        self.rows: list[list[Any]] = []  # [step, name, value] not yet written; value None until read
-        self._file: Any = None
-        self._writer: Any = None
+        self.rows: list[list[Any]] = []  # [step, name, value] not yet sent; value None until read
+        self._flush_at = self.max_rows
+
+    @property
+    def sinks(self) -> list[Any]:
+        """Where the rows go: the CSV writer, the TensorBoard writer, then ``loggers``."""
+        return [s for s in (self.csv, self.tensorboard) if s is not None] + self.loggers
 
     @property
     def state_key(self) -> str:
-        return f"MetricsLogger[{self.path}]"
+        if self.path is not None:
+            return f"MetricsLogger[{self.path}]"
+        return f"MetricsLogger[{','.join(_name(s) for s in self.sinks)}]"
 
     def attach(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:
         e = {k: v for k, v in self.events.items() if self.wants(target, v)}
@@ -85,11 +216,11 @@ class MetricsLogger(CountingCallback):
             pairs.append((f"post-{e['epoch']}", reader(self.end_of_epoch, "post-")))
         if "fit" in e:
             pairs.append((f"post-{e['fit']}", reader(self.close, "post-")))
-            pairs.append((f"error-{e['fit']}", reader(self.close, "error-")))
+            pairs.append((f"error-{e['fit']}", reader(self.failed_fit, "error-", "exception")))
         return pairs
 
     def log(self, name: str, value: Any, step: int | None = None) -> None:
-        """Record one value (written at the next flush). A tensor (one element) is
+        """Record one value (sent at the next flush). A tensor (one element) is
         queued for read-back, not read now."""
         if not is_rank_zero():  # another callback's value, on a rank that never flushes
             return
@@ -99,6 +230,9 @@ class MetricsLogger(CountingCallback):
         else:
             row[2] = to_float(value)
         self.rows.append(row)
+        if len(self.rows) >= self._flush_at:  # what is read by now; no read of its own
+            self._send(self._take(keep_step=self.step), raise_errors=True)
+            self._flush_at = len(self.rows) + self.max_rows
 
     def record_loss(self, obj: Any, value: Any) -> None:
         self.losses += 1
@@ -117,54 +251,30 @@ class MetricsLogger(CountingCallback):
         self.flush()
 
     def flush(self, obj: Any = None) -> None:
-        """Write the rows whose values have been read (in order: up to the first
+        """Send the rows whose values have been read (in order: up to the first
         still waiting for the device)."""
-        ready = 0
-        while ready < len(self.rows) and self.rows[ready][2] is not None:
-            ready += 1
-        rows, self.rows = [tuple(row) for row in self.rows[:ready]], self.rows[ready:]
-        if not rows:
-            return
-        if self._file is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            new = not self.path.exists() or self.path.stat().st_size == 0
-            self._file = open(self.path, "a", newline="", encoding="utf-8")  # noqa: SIM115
-            if new:
-                self._file.write("step,name,value\n")
-        csv.writer(self._file).writerows(rows)
-        self._file.flush()
-        if self.tensorboard_dir is not None:
-            if self._writer is None:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self._writer = SummaryWriter(str(self.tensorboard_dir))
-            for step, name, value in rows:
-                self._writer.add_scalar(name, value, step)
-            self._writer.flush()
+        self._send(self._take(), raise_errors=True)
 
     def close(self, obj: Any = None) -> None:
-        """Write what is pending (waiting for values still on the device) and close
-        the files (a later row reopens them)."""
-        if any(row[2] is None for row in self.rows):
-            shared().read(wait=True)
-        self.flush()
-        file, self._file = self._file, None
-        writer, self._writer = self._writer, None
-        if file is not None:
-            file.close()
-        if writer is not None:
-            writer.close()
+        """Send what is pending (waiting for values still on the device), then
+        ``finalize("success")`` each logger (the built-in ones close their files; a
+        later row reopens them)."""
+        self._finish("success", None)
+
+    def failed_fit(self, obj: Any, exception: BaseException) -> None:
+        """As ``close``, with ``finalize("failed")``; a logger that raises adds a note
+        to the fit's own exception, which propagates."""
+        self._finish("failed", exception)
 
     def read(self) -> list[tuple[int, str, float]]:
         """The rows logged so far, parsed back from the CSV file (waits for values
         still on the device)."""
-        if any(row[2] is None for row in self.rows):
-            shared().read(wait=True)
+        if self.csv is None:
+            raise HookError("MetricsLogger.read() parses the CSV file, and this logger has none "
+                            "(path=None): read what your loggers wrote, or pass path=.")
+        self._read_all()
         self.flush()
-        if not self.path.exists():
-            return []
-        with open(self.path, newline="", encoding="utf-8") as f:
-            return [(int(r["step"]), r["name"], float(r["value"])) for r in csv.DictReader(f)]
+        return self.csv.read()
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "losses": self.losses}
@@ -174,10 +284,138 @@ class MetricsLogger(CountingCallback):
         self.losses = state["losses"]
 
     def __getstate__(self) -> dict[str, Any]:
+        self._read_all()
+        self.flush()
+        # A module logger (mlflow) pickles by name: modules do not pickle.
+        return {**self.__dict__, "loggers": [_ModuleByName(s.__name__) if isinstance(s, types.ModuleType)
+                                             else s for s in self.loggers]}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state["loggers"] = [importlib.import_module(s.name) if isinstance(s, _ModuleByName) else s
+                            for s in state["loggers"]]
+        self.__dict__.update(state)
+
+    # --- internals -----------------------------------------------------------------
+
+    def _read_all(self) -> None:
         if any(row[2] is None for row in self.rows):
             shared().read(wait=True)
-        self.flush()
-        return {**self.__dict__, "_file": None, "_writer": None}  # open files do not pickle
+
+    def _take(self, keep_step: int | None = None) -> list[list[Any]]:
+        """The rows read, from the first up to one still on the device (or, with
+        ``keep_step``, of that step: its other values may follow)."""
+        ready = 0
+        while ready < len(self.rows) and self.rows[ready][2] is not None \
+                and self.rows[ready][0] != keep_step:
+            ready += 1
+        rows, self.rows = self.rows[:ready], self.rows[ready:]
+        return rows
+
+    def _send(self, rows: list[list[Any]], raise_errors: bool) -> list[BaseException]:
+        """Each logger's ``log_metrics`` per step of ``rows``, then its ``save()``. A
+        logger that raises misses the rest; the exceptions, noted, are raised (the
+        first, after every logger had its batch) or returned."""
+        if not rows:
+            return []
+        batches = _by_step(rows)
+        errors: list[BaseException] = []
+        for sink in self.sinks:
+            for i, (step, metrics) in enumerate(batches):
+                try:
+                    sink.log_metrics(metrics.copy(), step)
+                except Exception as exc:
+                    missed = sorted({s for s, _ in batches[i:]})
+                    steps = f"step {missed[0]}" if len(missed) == 1 else f"steps {missed[0]}-{missed[-1]}"
+                    exc.add_note(f"MetricsLogger: {_name(sink)}.log_metrics raised at step {step}; it missed "
+                                 f"the values of {steps}, which the other loggers got.")
+                    errors.append(exc)
+                    break
+            else:
+                self._call(sink, "save", (), errors)
+        if errors and raise_errors:
+            _raise(errors)
+        return errors
+
+    def _finish(self, status: str, failure: BaseException | None) -> None:
+        self._read_all()
+        errors = self._send(self._take(), raise_errors=False)
+        for sink in self.sinks:
+            if not self._call(sink, "finalize", (status,), errors):
+                self._call(sink, "save", (), errors)
+        if not errors:
+            return
+        if failure is None:
+            _raise(errors)
+        for exc in errors:  # the fit's own error goes on; these are noted on it
+            notes = getattr(exc, "__notes__", [])
+            failure.add_note(f"{notes[-1] if notes else 'MetricsLogger:'} ({type(exc).__name__}: {exc})")
+
+    @staticmethod
+    def _call(sink: Any, method: str, args: tuple[Any, ...], errors: list[BaseException]) -> bool:
+        """``sink.method(*args)`` where it has that method; False where it has not."""
+        call = getattr(sink, method, None)
+        if not callable(call):
+            return False
+        try:
+            call(*args)
+        except Exception as exc:
+            exc.add_note(f"MetricsLogger: {_name(sink)}.{method}({', '.join(map(repr, args))}) raised.")
+            errors.append(exc)
+        return True
+
+
+class _ModuleByName(NamedTuple):
+    name: str
+
+
+def _by_step(rows: list[list[Any]]) -> list[tuple[int, dict[str, float]]]:
+    """``rows`` as ``(step, {name: value})`` in step order (stable): one dict per
+    step, and another for a name already in that step's dict."""
+    steps: dict[int, list[dict[str, float]]] = {}
+    for step, name, value in rows:
+        dicts = steps.setdefault(step, [{}])
+        if name in dicts[-1]:
+            dicts.append({})
+        dicts[-1][name] = value
+    return [(step, metrics) for step in sorted(steps) for metrics in steps[step]]
+
+
+def _raise(errors: list[BaseException]) -> NoReturn:
+    first = errors[0]
+    for other in errors[1:]:
+        first.add_note(f"MetricsLogger: also {type(other).__name__}: {other}"
+                       + "".join(f"; {note}" for note in getattr(other, "__notes__", [])))
+    raise first
+
+
+def _name(sink: Any) -> str:
+    """A logger as errors name it: a module by its name, an object by its class."""
+    if isinstance(sink, types.ModuleType):
+        return sink.__name__
+    return type(sink).__name__
+
+
+def _check_loggers(loggers: Any) -> list[Any]:
+    """``loggers`` as a list, each checked to have a callable ``log_metrics``."""
+    if hasattr(loggers, "log_metrics"):  # one logger, not in a list
+        loggers = [loggers]
+    elif isinstance(loggers, (str, bytes, os.PathLike)) or not isinstance(loggers, Iterable):
+        raise HookError(f"MetricsLogger: loggers must be a list of loggers (objects with "
+                        f"log_metrics(metrics, step)), got {_name(loggers)} {loggers!r}.")
+    checked = list(loggers)
+    for i, logger in enumerate(checked):
+        method = getattr(logger, "log_metrics", None)
+        if callable(method):
+            continue
+        what = "has no log_metrics method" if method is None else \
+            f"has a log_metrics that is not callable (a {type(method).__name__})"
+        fix = " For a file of hookwrap's own, pass path= instead." if isinstance(logger, (str, os.PathLike)) else ""
+        raise HookError(
+            f"MetricsLogger: loggers[{i}], {logger!r} ({_name(logger)}), {what}. A logger is an object "
+            f"with log_metrics(metrics: dict[str, float], step: int), as Lightning's loggers (CSVLogger, "
+            f"TensorBoardLogger, WandbLogger, MLFlowLogger, ...) and the mlflow module have: wrap "
+            f"yours in a class that has one.{fix}")
+    return checked
 
 
 def _fill(row: list[Any], values: list[float]) -> None:
