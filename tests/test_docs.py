@@ -106,3 +106,26 @@ def test_demo_command_refuses_an_unknown_command():
     bad = subprocess.run([sys.executable, "-m", "hookwrap", "nope"], cwd=ROOT,
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "invalid choice: 'nope'" in bad.stderr
+
+
+def test_every_shipped_callback_is_listed_with_its_keywords_events_reads_and_changes():
+    """docs/guide/shipped-callbacks.md: each Callback hookwrap.torch exports has a row
+    in the table of what it does and in the one of its events, reads and changes."""
+    torch_callbacks = pytest.importorskip("hookwrap.torch", reason="needs the torch extra")
+    import hookwrap
+
+    shipped = {name for name in torch_callbacks.__all__
+               if isinstance(getattr(torch_callbacks, name), type)
+               and issubclass(getattr(torch_callbacks, name), hookwrap.Callback)}
+    assert {"GradClip", "Profiler", "Throughput", "MetricsLogger"} <= shipped
+    page = Path(ROOT, "docs", "guide", "shipped-callbacks.md").read_text(encoding="utf-8")
+    header = "| callback | events (default) | reads | changes | other keywords |"
+    assert header in page
+    table = page[page.index(header):].split("\n\n")[0].splitlines()[2:]
+    rows = {row.split("`")[1]: row.split(" | ") for row in table}
+    assert set(rows) == shipped
+    for name, cells in rows.items():
+        assert len(cells) == 5 and all(cell.strip(" |") for cell in cells), name
+    does = page[:page.index(header)]
+    missing = [name for name in shipped if f"`{name}(" not in does and f"`{name}`" not in does]
+    assert missing == []
