@@ -264,6 +264,44 @@ def test_a_callback_refused_on_one_function_of_a_module_registers_on_none(hw):
     assert loss(3) == 3  # post_loss was not left behind
 
 
+def test_a_callback_whose_order_is_refused_on_one_function_of_a_module_registers_on_none(hw):
+    import types
+
+    module, log = types.ModuleType("fake_training"), []
+
+    @hw.hookable
+    def f(x):
+        return x
+
+    @hw.hookable
+    def g(x):
+        return x
+
+    module.f, module.g = f, g
+
+    class Both(hw.Callback):
+        def pre_f(self, x):
+            log.append("cb.f")
+            return x
+
+        def pre_g(self, x):
+            log.append("cb.g")
+            return x
+
+    cb = Both()
+
+    def h(x):
+        log.append("h")
+        return x
+
+    g.before(h, before=cb)
+    with pytest.raises(hw.HookError, match=r"constraints form a cycle"):
+        hw.add_callback(module, cb, before=h)  # h -> cb.pre_g -> h on g
+    f(1)
+    g(1)
+    assert log == ["h"]  # pre_f was not left behind on f
+
+
 def test_instance_without_dict(hw):
     class Slotted:
         __slots__ = ()

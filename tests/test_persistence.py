@@ -111,6 +111,15 @@ def test_the_hookwrap_names_a_pickle_holds_are_pinned(built):
     }
 
 
+def test_a_callbacks_list_pickled_when_it_was_defined_in_tiers_still_loads(built):
+    t = built.Trainer()
+    t.before("loss", built.double_batch)
+    new = pickle.dumps(t.callbacks, protocol=0)
+    assert b"hookwrap._instances\nInstanceCallbackList\n" in new
+    old = new.replace(b"hookwrap._instances\nInstanceCallbackList\n", b"hookwrap._tiers\nInstanceCallbackList\n")
+    assert pickle.loads(old) == [("pre-loss", built.double_batch)]
+
+
 @pytest.mark.parametrize("saved_as", ["hookwrap._tiers\nInstanceHooks", "hookwrap._tiers\nInstanceRecord"])
 def test_an_object_pickled_under_an_earlier_name_of_the_instance_record_still_loads(built, saved_as):
     """hookwrap 0.1.0 pickled an instance's record as hookwrap._tiers.InstanceHooks,

@@ -242,6 +242,9 @@ def test_a_logger_failing_to_finalize_after_a_good_fit_raises(hw, ht):
     (lambda ht: ht.MetricsLogger(loggers=[type("Odd", (), {"log_metrics": 3})()]),
      "(Odd), has a log_metrics that is not callable (a int)"),
     (lambda ht: ht.MetricsLogger(loggers=5), "MetricsLogger: loggers must be a list of loggers"),
+    (lambda ht: ht.MetricsLogger(loggers=[Recorder]),
+     "MetricsLogger: loggers[0] is the class Recorder, not a logger: pass an instance, Recorder(...)."),
+    (lambda ht: ht.MetricsLogger(loggers=Recorder), "loggers[0] is the class Recorder"),
     (lambda ht: ht.MetricsLogger(Recorder()), "MetricsLogger: path is hookwrap's own CSV file, and Recorder "
                                              "is a logger: pass it as loggers=[...]"),
     (lambda ht: ht.MetricsLogger(loggers=[Recorder()], tensorboard=True),

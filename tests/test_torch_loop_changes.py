@@ -257,10 +257,19 @@ def test_grad_accumulation_clipping_on_functions_needs_the_model_itself(hw, ht):
     ({"clip_grad_norm": 0}, "GradAccumulation: clip_grad_norm must be a number > 0 and finite, got 0"),
     ({"clip_grad_norm": math.inf}, "GradAccumulation: clip_grad_norm must be a number > 0 and finite"),
     ({"norm_type": -1}, "GradAccumulation: norm_type must be a number > 0, got -1"),
+    ({"clip_grad_norm": 1.0, "model": None}, "GradAccumulation: model must be the name of the attribute"),
 ])
 def test_grad_accumulation_refuses_bad_clipping(hw, ht, kwargs, message):
     with pytest.raises(hw.HookError, match=message):
         ht.GradAccumulation(2, **kwargs)
+
+
+def test_grad_accumulation_with_a_misnamed_model_fails_at_the_first_call(hw, ht):
+    loop = make_plain_loop(hw)
+    loop.add_callback(ht.GradAccumulation(3, clip_grad_norm=1.0, model="modle"))
+    x, y = plain_data()[0]
+    with pytest.raises(hw.HookError, match=r"Loop has no attribute 'modle' to read the model from"):
+        loop.step(x, y)
 
 
 def test_grad_accumulation_in_the_global_tier_and_saved_with_the_trainer(hw, ht, example):

@@ -102,6 +102,29 @@ def test_profiler_writes_a_trace_tensorboard_reads(hw, ht, tmp_path):
     assert range_counts(path) == {name: 3 for name in RANGES}
 
 
+def test_profiler_names_its_own_tensorboard_trace_beside_another_rank_s(hw, ht, tmp_path, monkeypatch):
+    """Ranks may share the log folder: the trace is the file of this rank's worker name."""
+    handler = torch.profiler.tensorboard_trace_handler
+
+    def and_another_rank(folder, worker_name):
+        write = handler(folder, worker_name=worker_name)
+
+        def both(prof):
+            (tmp_path / "rank1.123.pt.trace.json").write_text("{}")
+            write(prof)
+            (tmp_path / "rank9.999.pt.trace.json").write_text("{}")
+
+        return both
+
+    monkeypatch.setattr(torch.profiler, "tensorboard_trace_handler", and_another_rank)
+    trainer = make_trainer(hw)
+    profiler = ht.Profiler(dir=tmp_path, wait=0, warmup=1, active=1, trace_format="tensorboard")
+    trainer.add_callback(profiler)
+    trainer.fit()
+    assert len(profiler.traces) == 1 and os.path.basename(profiler.traces[0]).startswith("rank0.")
+    assert range_counts(profiler.traces[0])["hookwrap:loss"] == 1
+
+
 def test_profiler_writes_what_it_has_when_fit_ends_inside_the_window(hw, ht, tmp_path):
     trainer = make_trainer(hw)
     profiler = ht.Profiler(events="loss", dir=tmp_path, wait=0, warmup=1, active=10)

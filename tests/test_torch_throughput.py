@@ -127,6 +127,43 @@ def test_an_evaluation_inside_a_window_is_not_timed(hw, ht):
     assert [m["steps_per_sec"] for _, m in timed_with_eval.history] == [4.0, 4 / (1.0 + EVAL), 4.0]
 
 
+@pytest.mark.parametrize("every", [1, 2, 5])
+def test_time_between_steps_counts_in_every_window(hw, ht, every):
+    """Data loading outside the step join point is part of what a window times,
+    between its steps and between two windows alike: the end-to-end rate."""
+    clock = Clock()
+    loop = make_loop(hw, tensors(), clock)
+    meter = ht.Throughput(every=every, clock=clock)
+    loop.add_callback(meter)
+    for batch in tensors() * 5:  # 30 steps, each after 0.75 s of loading
+        clock.now += 0.75
+        loop.step(batch)
+    assert len(meter.history) == 30 // every
+    for _, metrics in meter.history[1:]:  # the first window opens at its first step
+        assert metrics["steps_per_sec"] == 1.0  # 0.75 s loading + 0.25 s step
+
+
+def test_a_window_pickled_mid_way_is_not_timed_on_another_clock(hw, ht):
+    """perf_counter's origin differs between processes: a window opened before
+    pickling is dropped on load, and the next step opens one."""
+    clock = Clock()
+    clock.now = 5000.0
+    loop = make_loop(hw, tensors(), clock)
+    meter = ht.Throughput(every=4, clock=clock)
+    loop.add_callback(meter)
+    for batch in tensors():  # window 1 reported at step 4; window 2 open at step 6
+        loop.step(batch)
+    restored = pickle.loads(pickle.dumps(meter))
+    restored.clock = clock  # time.perf_counter pickles by name: the loading process's own
+    clock.now = 0.0  # whose origin is another
+    loop2 = make_loop(hw, tensors(), clock)
+    loop2.add_callback(restored)
+    for batch in tensors() * 2:  # steps 7-18: a window opens at 7, reports at 8, 12, 16
+        loop2.step(batch)
+    assert [step for step, _ in restored.history] == [4, 8, 12, 16]
+    assert [m["steps_per_sec"] for _, m in restored.history] == [4.0, 4.0, 4.0, 4.0]
+
+
 def test_tokens_from_input_ids_and_batches_in_tuples(hw, ht):
     clock = Clock()
     lengths = [16, 9, 30, 12]
@@ -257,6 +294,7 @@ def test_the_peak_table():
     assert lookup_peak("NVIDIA A100-SXM4-80GB", "float32") == 19.5e12
     assert lookup_peak("NVIDIA L40S", "bfloat16") == 362.05e12
     assert lookup_peak("NVIDIA L4", "bfloat16") == 121e12
+    assert lookup_peak("NVIDIA L40", "bfloat16") is None  # not an L4: not in the table
     assert lookup_peak("Tesla T4", "bfloat16") is None  # no bfloat16 on a T4
     assert lookup_peak("NVIDIA GeForce GTX 1080", "float32") is None
 
@@ -334,7 +372,8 @@ def test_pickles_and_copies_with_what_it_has_queued(hw, ht):
     ({"tokens": 3}, r"Throughput: tokens must be a function of the batch"),
     ({"batch": "not a name"}, r"Throughput: batch must be the name of the step join point's argument"),
     ({"clock": 1.0}, r"Throughput: clock must be a function returning seconds"),
-    ({"logger": object()}, r"Throughput: logger must have a log\(name, value, step\) method"),
+    ({"logger": object()}, r"Throughput: logger must be an object with log\(name, value, step\).*got <object object at .*> \(object\), which has no log method"),
+    ({"logger": __import__("logging").getLogger("x")}, r"Throughput: logger must be .*got a logging.Logger"),
     ({"sync": True}, r"Throughput: sync=True synchronizes CUDA, but the device is cpu"),
     ({"device": "no such device"}, r"Throughput: device must be a torch.device"),
 ])
@@ -379,7 +418,8 @@ def test_a_misspelled_step_event_fails_when_attached(hw, ht):
 @pytest.mark.parametrize("kwargs, message", [
     ({"every": -1}, r"MemoryMonitor: every must be a whole number >= 1, got -1"),
     ({"reset_peak": 1}, r"MemoryMonitor: reset_peak must be True or False"),
-    ({"logger": 3}, r"MemoryMonitor: logger must have a log\(name, value, step\) method"),
+    ({"logger": 3}, r"MemoryMonitor: logger must be an object with log\(name, value, step\).*got 3 \(int\), which has no log method"),
+    ({"logger": dict}, r"MemoryMonitor: logger must be .*got the class dict, not an instance"),
     ({"device": 3.5}, r"MemoryMonitor: device must be a torch.device"),
 ])
 def test_bad_memory_settings_fail_at_construction(hw, ht, kwargs, message):

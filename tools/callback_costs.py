@@ -141,8 +141,9 @@ def run(variant: str, steps: int) -> Any:
     try:
         hand = variant.removeprefix("hand:") if variant.startswith("hand:") else ""
         trainer = make_trainer(hand)
+        made = callbacks(workdir)  # every variant imports the same modules (hookwrap.torch)
         if variant != "none" and not hand:
-            trainer.add_callback(callbacks(workdir)[variant]())
+            trainer.add_callback(made[variant]())
         trainer.fit(WARMUP + steps)
         return trainer
     finally:

@@ -79,15 +79,27 @@ class Handle(Removable):
         return f"<hookwrap.Handle {events or '-'} {state}>"
 
 
+def _check_order(owner: Any, new: list[Registration]) -> None:
+    """Raise if ``new`` beside ``owner``'s entries makes a cycle of before=/after=."""
+    entries = list(owner.registrations) + new
+    for key in dict.fromkeys((e.phase, e.name) for e in new):
+        order_entries([e for e in entries if (e.phase, e.name) == key])
+
+
 def _add(owner: Any, new: list[Registration]) -> Handle:
     """Store checked entries on ``owner`` (which invalidates what they change) once
     their ordering is known to hold; return their handle."""
+    return _add_all([(owner, new)])
+
+
+def _add_all(groups: list[tuple[Any, list[Registration]]]) -> Handle:
+    """``_add`` of several owners' entries: all stored, or (a cycle) none."""
     with lock:
-        entries = list(owner.registrations) + new
-        for key in dict.fromkeys((e.phase, e.name) for e in new):
-            order_entries([e for e in entries if (e.phase, e.name) == key])  # raises on a cycle
-        owner.add(new)
-    return Handle([(owner, entry) for entry in new])
+        for owner, new in groups:
+            _check_order(owner, new)
+        for owner, new in groups:
+            owner.add(new)
+    return Handle([(owner, entry) for owner, new in groups for entry in new])
 
 
 def _target_label(target: Any) -> str:
@@ -133,8 +145,7 @@ def register_entries(target: Any, registrations: list[Registration], where: str)
             by_function.setdefault(funcs[registration.name], []).append(registration)
         for function, entries in by_function.items():  # every check first: all or nothing
             _check_function(function, entries, where)
-        handles = [_add(function_record(function), entries) for function, entries in by_function.items()]
-        return Handle([p for h in handles for p in h._places])
+        return _add_all([(function_record(function), entries) for function, entries in by_function.items()])
     if jp is not None and jp.binding == FUNCTION and jp.owner is None:
         _check_function(jp, registrations, where)
         return _add(function_record(jp), registrations)

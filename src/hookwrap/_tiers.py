@@ -26,8 +26,9 @@ from ._owners import GLOBAL, class_record
 from .errors import HookError
 from ._events import CUSTOM, callback_method_event
 from ._options import Registration, order_entries
-# An instance's record was defined here: objects pickled then name it hookwrap._tiers.
-from ._instances import InstanceRecord, InstanceRecord as InstanceHooks  # noqa: F401
+# An instance's record and its list were defined here: objects pickled then name them
+# hookwrap._tiers.InstanceRecord (InstanceHooks in 0.1.0) and InstanceCallbackList.
+from ._instances import InstanceCallbackList, InstanceRecord, InstanceRecord as InstanceHooks  # noqa: F401
 
 __all__ = [
     "Entry",

@@ -20,8 +20,8 @@ from .. import Callback
 from ..errors import CallbackSignatureError, HookError, closest
 from ..extend import JoinPointInfo, has_join_point, join_points, per_join_point, process_rank, reader
 
-__all__ = ["CountingCallback", "DefaultEvent", "ShippedCallback", "Source", "from_object", "is_rank_zero",
-           "to_float", "whole_number"]
+__all__ = ["CountingCallback", "DefaultEvent", "ShippedCallback", "Source", "checked_logger", "from_object",
+           "is_rank_zero", "to_float", "whole_number"]
 
 
 class DefaultEvent(str):
@@ -199,6 +199,24 @@ def event_names(events: Any, where: str) -> tuple[str, ...]:
         raise HookError(f"{where}: events must be a join point name or a non-empty tuple of them, "
                         f"got {events!r}.")
     return tuple(events)
+
+
+def checked_logger(logger: Any, where: str) -> Any:
+    """``logger`` (None, or an object with ``log(name, value, step)``: a MetricsLogger),
+    else a HookError naming the setting. A class, and a ``logging.Logger`` (whose
+    ``log(level, msg)`` takes other arguments), are refused."""
+    import logging
+
+    if logger is None:
+        return None
+    if isinstance(logger, type) or isinstance(logger, logging.Logger) \
+            or not callable(getattr(logger, "log", None)):
+        what = (f"the class {logger.__qualname__}, not an instance" if isinstance(logger, type)
+                else f"a logging.Logger, whose log(level, msg) takes other arguments"
+                if isinstance(logger, logging.Logger) else f"{logger!r} ({type(logger).__name__}), which has no log method")
+        raise HookError(f"{where}: logger must be an object with log(name, value, step), such as a "
+                        f"hookwrap.torch.MetricsLogger; got {what}.")
+    return logger
 
 
 def to_float(value: Any) -> float:

@@ -99,6 +99,9 @@ class GradAccumulation(ShippedCallback):
         self.clip_grad_norm = None if clip_grad_norm is None else \
             _positive(clip_grad_norm, "clip_grad_norm", where="GradAccumulation")
         self.norm_type = _positive(norm_type, "norm_type", allow_inf=True, where="GradAccumulation")
+        if not isinstance(model, str) and not callable(getattr(model, "parameters", None)):
+            raise HookError(f"GradAccumulation: model must be the name of the attribute holding the model "
+                            f"('model') or the module itself, got {model!r}.")
         self.model = model
         self.calls = 0  # calls of `event` seen
 
@@ -129,12 +132,13 @@ class GradAccumulation(ShippedCallback):
 
     def accumulate(self, obj: Any, proceed: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         self.calls += 1
+        # Read on every call, so a misnamed model fails at the first, not the first step.
+        model = None if self.clip_grad_norm is None else from_object(obj, self.model, "model", self.where)
         if self.calls % self.steps:
             return None
-        if self.clip_grad_norm is not None:
+        if model is not None:
             import torch
 
-            model = from_object(obj, self.model, "model", self.where)
             torch.nn.utils.clip_grad_norm_(model.parameters(), self.clip_grad_norm, self.norm_type)
         return proceed(*args, **kwargs)
 

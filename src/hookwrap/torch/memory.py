@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from ..errors import HookError
 from ..extend import reader
-from ._attach import CountingCallback, whole_number
+from ._attach import CountingCallback, checked_logger, whole_number
 
 __all__ = ["MemoryMonitor", "process_rss"]
 
@@ -43,9 +43,7 @@ class MemoryMonitor(CountingCallback):
         self.every = whole_number(every, "every", where)
         if not isinstance(reset_peak, bool):
             raise HookError(f"{where}: reset_peak must be True or False, got {reset_peak!r}.")
-        if logger is not None and not callable(getattr(logger, "log", None)):
-            raise HookError(f"{where}: logger must have a log(name, value, step) method (a MetricsLogger), "
-                            f"got {type(logger).__name__}.")
+        logger = checked_logger(logger, where)
         if device is None:
             resolved = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
         else:

@@ -405,6 +405,9 @@ def _check_loggers(loggers: Any) -> list[Any]:
     checked = list(loggers)
     for i, logger in enumerate(checked):
         method = getattr(logger, "log_metrics", None)
+        if isinstance(logger, type):
+            raise HookError(f"MetricsLogger: loggers[{i}] is the class {logger.__qualname__}, not a logger: "
+                            f"pass an instance, {logger.__qualname__}(...).")
         if callable(method):
             continue
         what = "has no log_metrics method" if method is None else \

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-from ._attach import CountingCallback, DefaultEvent, whole_number
+from ._attach import CountingCallback, DefaultEvent, checked_logger, whole_number
 from .readback import QueuesReadBacks, shared
 
 __all__ = ["GradNorm", "LRMonitor"]
@@ -25,7 +25,8 @@ class GradNorm(QueuesReadBacks, CountingCallback):
                  step_event: str | None = DefaultEvent("step")) -> None:
         super().__init__(step_event)
         whole_number(every, "every", "GradNorm")
-        self.model, self.norm_type, self.every, self.event, self.logger = model, norm_type, every, event, logger
+        self.model, self.norm_type, self.every, self.event = model, norm_type, every, event
+        self.logger = checked_logger(logger, "GradNorm")
         self._history: list[tuple[int, float]] = []
         self._queued = 0  # norms not yet read back
         self.calls = 0
@@ -95,7 +96,8 @@ class LRMonitor(CountingCallback):
     def __init__(self, optimizer: Any = "optimizer", event: str = "optimizer_step",
                  logger: Any = None, step_event: str | None = DefaultEvent("step")) -> None:
         super().__init__(step_event)
-        self.optimizer, self.event, self.logger = optimizer, event, logger
+        self.optimizer, self.event = optimizer, event
+        self.logger = checked_logger(logger, "LRMonitor")
         self.history: list[tuple[int, list[float]]] = []
 
     def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:

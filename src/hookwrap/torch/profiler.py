@@ -138,8 +138,11 @@ class Profiler(ShippedCallback):
         else:  # torch's own handler, so the layout is the one its TensorBoard plugin reads
             import torch
 
+            worker = f"rank{process_rank()}"
             before = set(os.listdir(folder))
-            torch.profiler.tensorboard_trace_handler(folder, worker_name=f"rank{process_rank()}")(prof)
-            path = os.path.join(folder, *sorted(set(os.listdir(folder)) - before))
+            torch.profiler.tensorboard_trace_handler(folder, worker_name=worker)(prof)
+            # Its name: "<worker>.<time_ns>.pt.trace.json"; other ranks may write beside it.
+            new = sorted(name for name in set(os.listdir(folder)) - before if name.startswith(worker + "."))
+            path = os.path.join(folder, new[-1])
         self.traces.append(path)
         self._done = True

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 import time
 from collections.abc import Mapping
 from typing import Any, Callable
 
 from ..errors import CallbackSignatureError, HookError
 from ..extend import JoinPointInfo, per_join_point, reader
-from ._attach import CountingCallback, DefaultEvent, whole_number
+from ._attach import CountingCallback, DefaultEvent, checked_logger, whole_number
 from .readback import QueuesReadBacks, shared
 
 __all__ = ["Throughput", "measure_flops", "peak_flops"]
@@ -87,9 +88,7 @@ class Throughput(QueuesReadBacks, CountingCallback):
         if not callable(clock):
             raise HookError(f"{where}: clock must be a function returning seconds (time.perf_counter), "
                             f"got {clock!r}.")
-        if logger is not None and not callable(getattr(logger, "log", None)):
-            raise HookError(f"{where}: logger must have a log(name, value, step) method (a MetricsLogger), "
-                            f"got {type(logger).__name__}.")
+        logger = checked_logger(logger, where)
         self.batch, self.samples, self.tokens, self.sync = batch, samples, tokens, sync
         self.logger, self.eval_event, self.fit_event, self.clock = logger, eval_event, fit_event, clock
         self.device = _device(device, where)
@@ -114,9 +113,10 @@ class Throughput(QueuesReadBacks, CountingCallback):
         self._queued = 0  # windows whose tensor counts are not read back yet
         self._open()
 
-    def _open(self) -> None:
-        """Start no window yet: the next step's start opens one."""
-        self._start: float | None = None
+    def _open(self, start: float | None = None) -> None:
+        """Start a window at ``start`` (the end of the last one: what runs between
+        two steps counts), or, with None, at the next step's start."""
+        self._start: float | None = start
         self._excluded = 0.0  # seconds of eval_event inside the window
         self._paused: float | None = None
         self._steps = 0
@@ -211,7 +211,8 @@ class Throughput(QueuesReadBacks, CountingCallback):
 
             torch.cuda.synchronize(self.device)
         assert self._start is not None
-        elapsed = self.clock() - self._start - self._excluded
+        now = self.clock()
+        elapsed = now - self._start - self._excluded
         if elapsed <= 0:  # a clock too coarse for this window: it goes on into the next
             return
         metrics: dict[str, Any] = {"steps_per_sec": self._steps / elapsed}
@@ -223,7 +224,7 @@ class Throughput(QueuesReadBacks, CountingCallback):
             flops_per_sec = metrics["samples_per_sec"] * self.flops_per_sample
             metrics["flops_per_sec"] = flops_per_sec
             metrics["mfu"] = flops_per_sec / self.peak
-        self._open()
+        self._open(now)
         if self.logger is not None:
             for name, value in metrics.items():
                 self.logger.log(name, value, self.step)
@@ -262,6 +263,12 @@ class Throughput(QueuesReadBacks, CountingCallback):
         super().load_state_dict(state)
         self._history = [(step, dict(m)) for step, m in state.get("history", [])]
         self._open()  # the next step opens a new window
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # The window's start was read on the saving process's clock, whose origin
+        # (perf_counter's) another process does not share: the next step opens one.
+        self.__dict__.update(state)
+        self._open()
 
 
 def _count_batch(batch: Any) -> tuple[int | None, int | None]:
@@ -362,7 +369,7 @@ def _peak(value: Any, device: Any, dtype: Any, where: str) -> float:
 # Dense (no sparsity) peak FLOP/s per device, from NVIDIA's datasheets; "tf32" is
 # float32 matmuls on tensor cores (torch.backends.cuda.matmul.allow_tf32, or
 # torch.set_float32_matmul_precision("high")). Matched against the device's name,
-# the first entry that fits, most specific first.
+# word by word: the first entry that fits, most specific first.
 _CUDA_PEAKS: tuple[tuple[tuple[str, ...], dict[str, float]], ...] = (
     (("h200", "nvl"), {"float64": 30e12, "float32": 60e12, "tf32": 417.5e12, "bfloat16": 835.5e12,
                        "float16": 835.5e12}),
@@ -411,9 +418,9 @@ def peak_flops(device: Any = None, dtype: Any = None) -> float | None:
 def lookup_peak(device_name: str, dtype_name: str) -> float | None:
     """The table's dense FLOP/s for a device named ``device_name`` (as
     ``torch.cuda.get_device_name`` says it) at ``dtype_name``, or ``None``."""
-    lowered = device_name.lower()
+    tokens = set(re.split(r"[^0-9a-z]+", device_name.lower()))  # whole words: "l4" is not "l40"
     for words, peaks in _CUDA_PEAKS:
-        if all(word in lowered for word in words):
+        if all(word in tokens for word in words):
             return peaks.get(dtype_name)
     return None
 
