@@ -136,7 +136,7 @@ class GradAccumulation(ShippedCallback):
         model = None if self.clip_grad_norm is None else from_object(obj, self.model, "model", self.where)
         if self.calls % self.steps:
             return None
-        if model is not None:
+        if model is not None and self.clip_grad_norm is not None:
             import torch
 
             torch.nn.utils.clip_grad_norm_(model.parameters(), self.clip_grad_norm, self.norm_type)
