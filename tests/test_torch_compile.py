@@ -67,6 +67,10 @@ def _double_input(self: Any, x: Any) -> Any:
     return x * 2
 
 
+def _identity(self: Any, x: Any) -> Any:
+    return x
+
+
 def _add_one(self: Any, return_value: Any) -> Any:
     return return_value + 1
 
@@ -168,6 +172,28 @@ def test_callbacks_registered_after_compiling_fire_and_a_removed_one_stops(hw):
     handle.remove()
     for _ in range(2):
         assert torch.allclose(compiled(x), plain)
+
+
+@pytest.mark.parametrize("had_callbacks", [False, True])
+def test_two_compiled_instances_each_run_their_own_callbacks(hw, had_callbacks):
+    """Compiled code traced for one instance is not reused for another whose
+    callbacks differ: b's first callback runs in b's compiled calls, even when a's
+    compiled code runs first after the registration (it did not, in the compiled
+    twin, where the trace read the instance's state through its __dict__)."""
+    torch.manual_seed(0)
+    Net = _net_class(hw)
+    a, b = Net(), Net()
+    if had_callbacks:
+        a.before("forward", _identity)
+        b.before("forward", _identity)
+    ca, cb = torch.compile(a, backend="eager"), torch.compile(b, backend="eager")
+    x = torch.randn(2, 4)
+    ca(x)
+    cb(x)
+    b.before("forward", _double_input)
+    for _ in range(3):
+        assert torch.allclose(ca(x), a.linear(x).relu())
+        assert torch.allclose(cb(x), b.linear(x * 2).relu())
 
 
 def test_a_callback_with_python_side_effects_runs_once_per_compiled_call(hw):

@@ -142,7 +142,11 @@ def traced_dispatch(jp: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
     if chain.passthrough:
         return jp.func(*args, **kwargs)
     if chain.check_state:
-        state = getattr(obj, "__dict__", {}).get(STATE_KEY)
+        # Read as the pure twin reads it, as an attribute (its class holds None):
+        # Dynamo guards an attribute, where a read of `obj.__dict__` left compiled
+        # code of one instance running for another that gained callbacks.
+        state = (getattr(obj, STATE_KEY, None) if record is None or not record.own_getattribute
+                 else object.__getattribute__(obj, STATE_KEY))
         if state is not None:
             cached = state.chains.get(jp)
             if cached is not None and cached.valid and cached.base is chain:
