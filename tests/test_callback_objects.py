@@ -235,39 +235,11 @@ def test_module_target(hw):
         hw.before(module, "train_stp", lambda batch: batch)
 
 
-def test_a_callback_refused_on_one_function_of_a_module_registers_on_none(hw):
-    """add_callback(module, cb) is all or nothing: a callback method that does not fit
-    the second function is refused before the first one's is stored."""
+def module_of_two(hw):
+    """A module holding two hookable functions, ``f`` and ``g`` (each returns x)."""
     import types
 
     module = types.ModuleType("fake_training")
-
-    @hw.hookable
-    def loss(x):
-        return x
-
-    @hw.hookable
-    def optimizer_step(optimizer):
-        return optimizer
-
-    module.loss, module.optimizer_step = loss, optimizer_step
-
-    class Doubler(hw.Callback):
-        def post_loss(self, return_value):
-            return return_value * 2
-
-        def pre_optimizer_step(self, missing):  # no argument 'missing'
-            return None
-
-    with pytest.raises(hw.CallbackSignatureError, match=r"missing"):
-        hw.add_callback(module, Doubler())
-    assert loss(3) == 3  # post_loss was not left behind
-
-
-def test_a_callback_whose_order_is_refused_on_one_function_of_a_module_registers_on_none(hw):
-    import types
-
-    module, log = types.ModuleType("fake_training"), []
 
     @hw.hookable
     def f(x):
@@ -278,6 +250,28 @@ def test_a_callback_whose_order_is_refused_on_one_function_of_a_module_registers
         return x
 
     module.f, module.g = f, g
+    return module
+
+
+def test_a_callback_refused_on_one_function_of_a_module_registers_on_none(hw):
+    """add_callback(module, cb) is all or nothing: a callback method that does not fit
+    the second function is refused before the first one's is stored."""
+    module = module_of_two(hw)
+
+    class Doubler(hw.Callback):
+        def post_f(self, return_value):
+            return return_value * 2
+
+        def pre_g(self, missing):  # no argument 'missing'
+            return None
+
+    with pytest.raises(hw.CallbackSignatureError, match=r"missing"):
+        hw.add_callback(module, Doubler())
+    assert module.f(3) == 3  # post_f was not left behind
+
+
+def test_a_callback_whose_order_is_refused_on_one_function_of_a_module_registers_on_none(hw):
+    module, log = module_of_two(hw), []
 
     class Both(hw.Callback):
         def pre_f(self, x):
@@ -294,11 +288,11 @@ def test_a_callback_whose_order_is_refused_on_one_function_of_a_module_registers
         log.append("h")
         return x
 
-    g.before(h, before=cb)
+    module.g.before(h, before=cb)
     with pytest.raises(hw.HookError, match=r"constraints form a cycle"):
         hw.add_callback(module, cb, before=h)  # h -> cb.pre_g -> h on g
-    f(1)
-    g(1)
+    module.f(1)
+    module.g(1)
     assert log == ["h"]  # pre_f was not left behind on f
 
 
