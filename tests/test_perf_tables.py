@@ -27,13 +27,13 @@ def test_the_page_holds_the_tables_the_script_makes_of_the_committed_run():
     page = PAGE.read_text(encoding="utf-8")
     generated = perf_tables.tables(*perf_tables.load())
     assert set(generated) == {"about", "dispatch", "others", "step", "instructions-compiled",
-                              "instructions-pure"}
+                              "instructions-pure", "callbacks"}
     assert _blocks(page) == generated
     assert perf_tables.render(page, generated) == page
 
 
 def test_the_tables_come_from_the_run():
-    run, counts = perf_tables.load()
+    run, counts, _ = perf_tables.load()
     compiled = run["twins"]["compiled"]["ratios"]
     dispatch = perf_tables.dispatch_table(run)
     # The method row is the run's own ratio, as hookwrap bench computes it.
@@ -74,3 +74,14 @@ def test_the_committed_run_is_small_and_names_its_machine():
     run = json.loads(path.read_text(encoding="utf-8"))
     assert set(run["twins"]) == {"compiled", "pure"}
     assert run["machine"]["python"] and run["commit"]["id"]
+
+
+def test_the_callback_table_comes_from_the_committed_costs():
+    _, _, costs = perf_tables.load()
+    assert costs is not None
+    table = perf_tables.callbacks_table(costs)
+    base = costs["instructions"]["none"]
+    clip = costs["instructions"]["GradClip"] - base
+    hand = costs["instructions"]["hand:GradClip"] - base
+    assert f"| `GradClip` | 0.00 | {clip:+,.0f} | {hand:+,.0f} | {clip - hand:+,.0f} |" in table
+    assert set(costs["host_reads"]) == {row.split("`")[1] for row in table.splitlines() if row.startswith("| `")}

@@ -3,6 +3,9 @@ reads (``count_host_reads``) and instructions (callgrind), on a tiny CPU loop.
 
     python tools/callback_costs.py [--only NAME,NAME] [--json PATH] [--no-callgrind]
 
+(``--json docs/performance/callback-costs.json``, then ``tools/perf_tables.py
+--write docs/performance.md``, for the performance page's table.)
+
 The loop has the example trainer's join points (``fit``, ``epoch``, ``step``,
 ``loss``, ``backward``, ``optimizer_step``, ``evaluate``) around a
 ``Linear(32, 8)`` on SGD, 50 steps an epoch and an evaluation after each, so a
@@ -223,8 +226,11 @@ def main(argv: list[str]) -> None:
                 hand = counts[f"hand:{name}"] - counts["none"]
                 row += f"{hand:>+10,.0f}{cost - hand:>+15,.0f}"
         print(row)
-    if args.json:
-        Path(args.json).write_text(json.dumps({"host_reads": reads, "instructions": counts}, indent=1))
+    if args.json:  # what tools/perf_tables.py makes the performance page's table of
+        meta = {"dispatch": "compiled" if __import__("hookwrap").USING_EXTENSION else "pure",
+                "python": sys.version.split()[0], "steps": [N1, N2], "steps_per_epoch": STEPS_PER_EPOCH,
+                "loop": "Linear(32, 8), SGD, batches of 16, on the CPU"}
+        Path(args.json).write_text(json.dumps({**meta, "host_reads": reads, "instructions": counts}, indent=1))
 
 
 if __name__ == "__main__":

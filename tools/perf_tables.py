@@ -15,6 +15,7 @@ for the instruction counts)::
     python tools/perf_run.py docs/performance/run.json
     python tools/bench_instructions.py --json docs/performance/instructions-compiled.json
     python tools/bench_instructions.py --pure --json docs/performance/instructions-pure.json
+    python tools/callback_costs.py --json docs/performance/callback-costs.json
     python tools/perf_tables.py --write docs/performance.md
 
 ``--check PAGE`` exits 1 when the page's tables differ from what the committed
@@ -36,6 +37,7 @@ PAGE = ROOT / "docs" / "performance.md"
 RUN = ROOT / "docs" / "performance" / "run.json"
 INSTRUCTIONS = {"compiled": ROOT / "docs" / "performance" / "instructions-compiled.json",
                 "pure": ROOT / "docs" / "performance" / "instructions-pure.json"}
+CALLBACK_COSTS = ROOT / "docs" / "performance" / "callback-costs.json"
 TWINS = {"compiled": "compiled", "pure": "pure Python twin"}
 KS = (0, 1, 4, 16)
 MARKER = re.compile(r"(<!-- perf-tables:begin (\S+) -->\n)(.*?)(<!-- perf-tables:end \2 -->)", re.S)
@@ -175,21 +177,43 @@ def instructions_table(counts: dict[str, Any]) -> str:
     return head + _table(["scenario", "hookwrap", "by hand", "ratio"], rows)
 
 
-def tables(run: dict[str, Any], instructions: dict[str, dict[str, Any]]) -> dict[str, str]:
+def callbacks_table(costs: dict[str, Any]) -> str:
+    """Each shipped callback's host reads and instructions per step (tools/callback_costs.py)."""
+    counts = costs["instructions"]
+    base = counts["none"]
+    rows = []
+    for name, reads in costs["host_reads"].items():
+        cost = counts[name] - base
+        hand = counts.get(f"hand:{name}")
+        by_hand = "" if hand is None else f"{hand - base:+,.0f}"
+        adds = "" if hand is None else f"{cost - (hand - base):+,.0f}"
+        rows.append([f"`{name}`", f"{reads:.2f}", f"{cost:+,.0f}", by_hand, adds])
+    n1, n2 = costs["steps"]
+    head = (f"{'Compiled dispatch' if costs['dispatch'] == 'compiled' else 'Pure Python twin'}, "
+            f"Python {costs['python']}; the loop: {costs['loop']}, {base:,.0f} instructions a step, "
+            f"{costs['steps_per_epoch']} steps an epoch; per step, from {n2:,} steps less {n1:,}:\n\n")
+    return head + _table(["callback", "host reads", "instructions", "the same by hand", "hookwrap adds"], rows)
+
+
+def tables(run: dict[str, Any], instructions: dict[str, dict[str, Any]],
+           costs: dict[str, Any] | None = None) -> dict[str, str]:
     """Marker name -> the markdown it holds."""
     out = {"about": about(run), "dispatch": dispatch_table(run), "others": others_table(run),
            "step": step_table(run)}
     for twin, counts in instructions.items():
         out[f"instructions-{twin}"] = instructions_table(counts)
+    if costs is not None:
+        out["callbacks"] = callbacks_table(costs)
     return out
 
 
-def load() -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """The committed run and counts."""
+def load() -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, Any] | None]:
+    """The committed run, counts and callback costs."""
     run = json.loads(RUN.read_text(encoding="utf-8"))
     counts = {twin: json.loads(path.read_text(encoding="utf-8"))
               for twin, path in INSTRUCTIONS.items() if path.exists()}
-    return run, counts
+    costs = json.loads(CALLBACK_COSTS.read_text(encoding="utf-8")) if CALLBACK_COSTS.exists() else None
+    return run, counts, costs
 
 
 def render(page: str, generated: dict[str, str]) -> str:
