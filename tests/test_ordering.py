@@ -81,6 +81,50 @@ def test_a_cycle_across_two_spellings_of_one_join_point_is_refused_at_registrati
     assert log == ["a"]
 
 
+def test_a_cycle_across_a_base_and_a_subclass_is_refused_at_registration(hw):
+    """Class registrations of a base and of its subclass are ordered together (one
+    class tier): a cycle between them is refused when the second is registered,
+    whichever comes first, where every call of the subclass raised."""
+    class T(hw.Hookable):
+        @hw.hookable
+        def train_step(self):
+            pass
+
+    class S(T):
+        pass
+
+    log = []
+    a, b = recorder(log, "a"), recorder(log, "b")
+    with hw.before(T, "train_step", a, before=b):
+        with pytest.raises(hw.HookError, match=r"constraints form a cycle"):
+            hw.before(S, "train_step", b, before=a)
+        S().train_step()
+    assert log == ["a"]
+    with hw.before(S, "train_step", b, before=a):
+        with pytest.raises(hw.HookError, match=r"constraints form a cycle"):
+            hw.before(T, "train_step", a, before=b)  # the cycle is in S's tier
+        T().train_step()
+        S().train_step()
+    assert log == ["a", "b"]
+
+
+def test_a_cycle_with_a_declared_class_entry_is_refused_at_registration(hw):
+    log = []
+    a, b = recorder(log, "a"), recorder(log, "b")
+
+    class T(hw.Hookable):
+        callbacks = [("pre-train_step", a)]
+
+        @hw.hookable
+        def train_step(self):
+            pass
+
+    with pytest.raises(hw.HookError, match=r"constraints form a cycle"):
+        hw.before(T, "train_step", b, before=a, after=a)
+    T().train_step()
+    assert log == ["a"]
+
+
 def test_constraints_apply_within_a_tier_only(hw):
     log = []
 

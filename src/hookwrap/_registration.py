@@ -13,9 +13,18 @@ from typing import Any, Callable
 from ._checks import check_custom_callback, check_registration, fitting_step, planned_step
 from ._dispatch import join_point_of
 from ._instances import instance_state
+from ._tiers import class_entries
 from ._policy import FUNCTION
 from ._joinpoints import all_join_points, has_join_points, spec_of
-from ._owners import GLOBAL, class_record, function_record, is_builtin_type, lock, refuse_late_class_changes
+from ._owners import (
+    GLOBAL,
+    class_record,
+    function_record,
+    is_builtin_type,
+    lock,
+    refuse_late_class_changes,
+    with_subclasses,
+)
 from .errors import HookError, UnknownEventError, closest, safe_repr
 from ._events import CUSTOM, PHASES, normalize, parse_event
 from ._options import Registration, make_options, order_entries
@@ -84,6 +93,21 @@ def _check_order(owner: Any, new: list[Registration]) -> None:
     entries = list(owner.registrations) + new
     for key in dict.fromkeys((e.phase, e.name) for e in new):
         order_entries([e for e in entries if (e.phase, e.name) == key])
+
+
+def _check_class_tier_order(cls: type, new: list[Registration]) -> None:
+    """A class's callbacks are ordered within its whole class tier: its bases' and
+    its own declared entries and registrations, and, for each subclass, that
+    subclass's too. Raise now for a cycle of before=/after= with any of them,
+    which every call would otherwise raise."""
+    keys = {(r.phase, r.name) for r in new}
+    for klass in with_subclasses(cls):
+        if class_record(klass, create=False) is None:
+            continue
+        entries = [e for e in class_entries(klass) if (e.phase, e.event) in keys]
+        for phase, name in keys:
+            order_entries([e for e in entries if (e.phase, e.event) == (phase, name)]
+                          + [r for r in new if (r.phase, r.name) == (phase, name)], lambda e: e.fn)
 
 
 def _add(owner: Any, new: list[Registration]) -> Handle:
@@ -158,6 +182,7 @@ def register_entries(target: Any, registrations: list[Registration], where: str)
             check_registration(cls, registration, where)
         record = class_record(cls)
         assert record is not None
+        _check_class_tier_order(cls, registrations)
         return _add(record, registrations)
     if any(r.phase != CUSTOM for r in registrations) and not has_join_points(type(target)):
         tp = type(target)
