@@ -95,32 +95,37 @@ def _check_order(owner: Any, new: list[Registration]) -> None:
         order_entries([e for e in entries if (e.phase, e.name) == key])
 
 
-def _check_class_tier_order(cls: type, new: list[Registration]) -> None:
-    """A class's callbacks are ordered within its whole class tier: its bases' and
-    its own declared entries and registrations, and, for each subclass, that
-    subclass's too. Raise now for a cycle of before=/after= with any of them,
-    which every call would otherwise raise."""
-    keys = {(r.phase, r.name) for r in new}
-    for klass in with_subclasses(cls):
-        if class_record(klass, create=False) is None:
-            continue
-        entries = [e for e in class_entries(klass) if (e.phase, e.event) in keys]
-        for phase, name in keys:
-            order_entries([e for e in entries if (e.phase, e.event) == (phase, name)]
-                          + [r for r in new if (r.phase, r.name) == (phase, name)], lambda e: e.fn)
+def _class_tier_order(cls: type) -> Callable[[Any, list[Registration]], None]:
+    """``_check_order`` for a class's registrations, which are ordered within its
+    whole class tier: its bases' and its own declared entries and registrations,
+    and, for each subclass, that subclass's too. A cycle with any of them is
+    refused now, where every call would raise it."""
+    def check(owner: Any, new: list[Registration]) -> None:
+        keys = dict.fromkeys((r.phase, r.name) for r in new)
+        for klass in with_subclasses(cls):
+            if class_record(klass, create=False) is None:
+                continue
+            entries = [e for e in class_entries(klass) if (e.phase, e.event) in keys]
+            for phase, name in keys:
+                order_entries([e for e in entries if (e.phase, e.event) == (phase, name)]
+                              + [r for r in new if (r.phase, r.name) == (phase, name)], lambda e: e.fn)
+    return check
 
 
-def _add(owner: Any, new: list[Registration]) -> Handle:
+def _add(owner: Any, new: list[Registration],
+         check: Callable[[Any, list[Registration]], None] = _check_order) -> Handle:
     """Store checked entries on ``owner`` (which invalidates what they change) once
     their ordering is known to hold; return their handle."""
-    return _add_all([(owner, new)])
+    return _add_all([(owner, new)], check)
 
 
-def _add_all(groups: list[tuple[Any, list[Registration]]]) -> Handle:
-    """``_add`` of several owners' entries: all stored, or (a cycle) none."""
+def _add_all(groups: list[tuple[Any, list[Registration]]],
+             check: Callable[[Any, list[Registration]], None] = _check_order) -> Handle:
+    """``_add`` of several owners' entries, under the lock: their ordering checked
+    first, then all stored, or (a cycle) none."""
     with lock:
         for owner, new in groups:
-            _check_order(owner, new)
+            check(owner, new)
         for owner, new in groups:
             owner.add(new)
     return Handle([(owner, entry) for owner, new in groups for entry in new])
@@ -182,8 +187,7 @@ def register_entries(target: Any, registrations: list[Registration], where: str)
             check_registration(cls, registration, where)
         record = class_record(cls)
         assert record is not None
-        _check_class_tier_order(cls, registrations)
-        return _add(record, registrations)
+        return _add(record, registrations, _class_tier_order(cls))
     if any(r.phase != CUSTOM for r in registrations) and not has_join_points(type(target)):
         tp = type(target)
         fix = ("it is a built-in type: hook the Python code that uses it" if is_builtin_type(tp)
