@@ -12,6 +12,7 @@ hookwrap.torch): a callback of your own can do what these do.
 from __future__ import annotations
 
 import functools
+import math
 import typing
 from collections.abc import Mapping
 from typing import Any, Callable, NamedTuple
@@ -21,7 +22,7 @@ from ..errors import CallbackSignatureError, HookError, closest
 from ..extend import JoinPointInfo, has_join_point, join_points, per_join_point, process_rank, reader
 
 __all__ = ["CountingCallback", "DefaultEvent", "ShippedCallback", "Source", "checked_logger", "from_object",
-           "is_rank_zero", "to_float", "whole_number"]
+           "is_rank_zero", "positive_number", "to_float", "whole_number"]
 
 
 class DefaultEvent(str):
@@ -187,6 +188,16 @@ def whole_number(value: Any, name: str, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise HookError(f"{where}: {name} must be a whole number >= 1, got {value!r}.")
     return value
+
+
+def positive_number(value: Any, name: str, where: str, allow_inf: bool = False, why: str = "") -> float:
+    """``value`` as a float when it is a real number > 0 (finite unless
+    ``allow_inf``), else a HookError naming the setting (``why``: what it is)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+    if not ok or math.isnan(value) or (not allow_inf and math.isinf(value)):
+        raise HookError(f"{where}: {name} must be a number > 0{'' if allow_inf else ' and finite'}"
+                        f"{f' ({why})' if why else ''}, got {value!r}.")
+    return float(value)
 
 
 def event_names(events: Any, where: str) -> tuple[str, ...]:

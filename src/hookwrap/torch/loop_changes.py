@@ -9,12 +9,11 @@ gradients after ``backward``; ``GradAccumulation`` scales the loss the join poin
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable
 
 from ..errors import CallbackSignatureError, HookError
 from ..extend import JoinPointInfo, join_points, per_join_point
-from ._attach import ShippedCallback, from_object
+from ._attach import ShippedCallback, from_object, positive_number
 
 __all__ = ["GradAccumulation", "GradClip"]
 
@@ -36,8 +35,8 @@ class GradClip(ShippedCallback):
 
     def __init__(self, max_norm: float, norm_type: float = 2.0, event: str = "backward",
                  model: Any = "model") -> None:
-        self.max_norm = _positive(max_norm, "max_norm")
-        self.norm_type = _positive(norm_type, "norm_type", allow_inf=True)
+        self.max_norm = positive_number(max_norm, "max_norm", "GradClip")
+        self.norm_type = positive_number(norm_type, "norm_type", "GradClip", allow_inf=True)
         if not isinstance(event, str) or not event:
             raise HookError(f"GradClip: event must be a join point name such as 'backward', got {event!r}.")
         self.event, self.model = event, model
@@ -97,8 +96,8 @@ class GradAccumulation(ShippedCallback):
                 raise HookError(f"GradAccumulation: {name} must be a join point name, got {value!r}.")
         self.steps, self.event, self.loss_event = steps, event, loss_event
         self.clip_grad_norm = None if clip_grad_norm is None else \
-            _positive(clip_grad_norm, "clip_grad_norm", where="GradAccumulation")
-        self.norm_type = _positive(norm_type, "norm_type", allow_inf=True, where="GradAccumulation")
+            positive_number(clip_grad_norm, "clip_grad_norm", "GradAccumulation")
+        self.norm_type = positive_number(norm_type, "norm_type", "GradAccumulation", allow_inf=True)
         if not isinstance(model, str) and not callable(getattr(model, "parameters", None)):
             raise HookError(f"GradAccumulation: model must be the name of the attribute holding the model "
                             f"('model') or the module itself, got {model!r}.")
@@ -154,13 +153,3 @@ class GradAccumulation(ShippedCallback):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.calls = state["calls"]
-
-
-def _positive(value: Any, name: str, allow_inf: bool = False, where: str = "GradClip") -> float:
-    """``value`` as a float when it is a real number > 0 (finite unless ``allow_inf``)."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
-    if ok and not allow_inf and math.isinf(value):
-        ok = False
-    if not ok or math.isnan(value):
-        raise HookError(f"{where}: {name} must be a number > 0{'' if allow_inf else ' and finite'}, got {value!r}.")
-    return float(value)

@@ -4,7 +4,6 @@ MFU; ``measure_flops`` and ``peak_flops`` for the latter."""
 from __future__ import annotations
 
 import functools
-import math
 import re
 import time
 from collections.abc import Mapping
@@ -12,7 +11,7 @@ from typing import Any, Callable
 
 from ..errors import CallbackSignatureError, HookError
 from ..extend import JoinPointInfo, per_join_point, reader
-from ._attach import CountingCallback, DefaultEvent, checked_logger, whole_number
+from ._attach import CountingCallback, DefaultEvent, checked_logger, positive_number, whole_number
 from .readback import QueuesReadBacks, shared
 
 __all__ = ["Throughput", "measure_flops", "peak_flops"]
@@ -95,12 +94,9 @@ class Throughput(QueuesReadBacks, CountingCallback):
         self.flops_per_sample: float | None = None
         self.peak: float | None = None
         if flops_per_sample is not None:
-            if isinstance(flops_per_sample, bool) or not isinstance(flops_per_sample, (int, float)) \
-                    or not math.isfinite(flops_per_sample) or flops_per_sample <= 0:
-                raise HookError(f"{where}: flops_per_sample must be a number > 0 (the FLOPs of one sample's "
-                                f"forward and backward: measure_flops(model, example) / len(example)); got "
-                                f"{flops_per_sample!r}.")
-            self.flops_per_sample = float(flops_per_sample)
+            self.flops_per_sample = positive_number(
+                flops_per_sample, "flops_per_sample", where,
+                why="the FLOPs of one sample's forward and backward: measure_flops(model, example) / len(example)")
             self.peak = _peak(peak_flops, self.device, dtype, where)
         elif peak_flops is not None:
             _check_peak(peak_flops, where)
@@ -342,11 +338,9 @@ def _device(device: Any, where: str) -> Any:
 
 
 def _check_peak(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise HookError(f"{where}: peak_flops must be a number > 0, the FLOP/s one device can do at the "
-                        f"training dtype (its datasheet's dense figure, e.g. 989.4e12 for an H100 SXM in "
-                        f"bfloat16); got {value!r}.")
-    return float(value)
+    return positive_number(value, "peak_flops", where, why=(
+        "the FLOP/s one device can do at the training dtype: its datasheet's dense figure, e.g. 989.4e12 "
+        "for an H100 SXM in bfloat16"))
 
 
 def _peak(value: Any, device: Any, dtype: Any, where: str) -> float:
