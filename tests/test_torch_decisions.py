@@ -87,9 +87,10 @@ def test_shipped_decisions_without_a_process_group_check_once_and_communicate_no
     assert guard.checked == 6 and saver.saved == 2
     # One check per decision: NanGuard's read-back at the end of each epoch (3: its
     # checks are queued, not decided, in each step); each evaluation for EarlyStopping
-    # (3) and for BestCheckpoint (2: EarlyStopping, attached first, stops the run in
-    # the third). Each save asks twice (is it rank 0, then the barrier), the restore once.
-    assert collectives["is_initialized"] == 3 + 3 + 2 + 2 * 2 + 1
+    # (3) and for BestCheckpoint (3: EarlyStopping, attached first, stops the run in
+    # the third, after the event's other callbacks ran). Each save asks twice (is it
+    # rank 0, then the barrier), the restore once.
+    assert collectives["is_initialized"] == 3 + 3 + 3 + 2 * 2 + 1
     assert collectives["all_reduce"] == []
 
 
@@ -110,12 +111,12 @@ def test_shipped_decisions_in_a_process_group_reduce_once_per_decision(
     reduced = [values for _, values in collectives["all_reduce"]]
     # Per epoch one NanGuard read-back of its two steps' checks ([0]: no non-finite
     # step on rank 0); per evaluation one mean for each monitor (EarlyStopping stops
-    # the run in the third, before BestCheckpoint reads it), after each save the
-    # barrier ([0]: the write did not fail), at the end one "can every rank read the
-    # file" ([1]).
+    # the run in the third, raised after BestCheckpoint read it too: no save, 0.7 is
+    # not better), after each save the barrier ([0]: the write did not fail), at the
+    # end one "can every rank read the file" ([1]).
     step = [[0]]
     assert reduced == (step + [[0.9], [0.9], [0]] + step + [[0.5], [0.5], [0]] + step
-                       + [[0.7]] + [[1]])
+                       + [[0.7], [0.7]] + [[1]])
     assert torch.equal(loop.model.weight, torch.load(tmp_path / "best.pt", weights_only=True)["model"]["weight"])
 
 

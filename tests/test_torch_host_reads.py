@@ -172,7 +172,13 @@ def test_a_nan_in_the_last_steps_is_found_when_fit_ends(hw, ht, steps):
     assert trainer.steps == steps
 
 
-def test_check_every_reads_in_the_check_where_there_is_no_step_event(hw, ht):
+def test_a_function_loop_decides_at_each_outermost_call_unless_in_a_boundary(hw, ht):
+    """No step event and no fit: each call is the outermost, and its end the only
+    boundary sure to come, so the check is decided there (docs/design/decisions.md);
+    in a ``boundary()`` block (what ``hookwrap run`` runs a script in) the checks
+    defer, read in the check every ``check_every``."""
+    from hookwrap.extend import boundary
+
     @hw.hookable
     def compute_loss(x: Any) -> Any:
         return x.sum()
@@ -182,10 +188,15 @@ def test_check_every_reads_in_the_check_where_there_is_no_step_event(hw, ht):
     try:
         with ht.count_host_reads() as reads:
             compute_loss(torch.ones(2))
+            with pytest.raises(ht.NonFiniteError, match="returned inf before any step was counted"):
+                compute_loss(torch.full((2,), math.inf))
+        assert guard.checked == 2 and reads.count == 2
+        with ht.count_host_reads() as reads, boundary():
+            compute_loss(torch.ones(2))
             compute_loss(torch.full((2,), math.inf))
             with pytest.raises(ht.NonFiniteError, match="returned inf before any step was counted"):
                 compute_loss(torch.ones(2))
-        assert guard.checked == 3 and reads.count == 1
+        assert guard.checked == 5 and reads.count == 1
     finally:
         handle.remove()
 
@@ -206,6 +217,8 @@ def test_a_larger_tensor_names_its_first_bad_element(hw, ht):
 
 
 def test_plain_numbers_are_checked_at_once_after_the_queued_tensors(hw, ht):
+    from hookwrap.extend import boundary
+
     @hw.hookable
     def step(loss: Any) -> Any:
         return loss
@@ -213,12 +226,15 @@ def test_plain_numbers_are_checked_at_once_after_the_queued_tensors(hw, ht):
     guard = ht.NanGuard(events="step")
     handle = hw.add_callback(step, guard)
     try:
-        step(0.5)
-        with pytest.raises(ht.NonFiniteError, match="was nan at step 2"):
-            step(math.nan)  # a number: at once, as before
-        step(torch.tensor(math.inf))  # queued: step 3
-        with pytest.raises(ht.NonFiniteError, match="was inf at step 3"):
-            step(math.nan)  # the tensor before it went bad first
+        with boundary():  # calls that defer to the block's end (a script's)
+            step(0.5)
+            with pytest.raises(ht.NonFiniteError, match="was nan at step 2"):
+                step(math.nan)  # a number: at once, as before
+            step(torch.tensor(math.inf))  # queued: step 3
+            with pytest.raises(ht.NonFiniteError, match="was inf at step 3"):
+                step(math.nan)  # the tensor before it went bad first
+        with pytest.raises(ht.NonFiniteError, match="was inf at step 5"):
+            step(torch.tensor(math.inf))  # outside the block: decided at the end of its own call
     finally:
         handle.remove()
 

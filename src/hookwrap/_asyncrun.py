@@ -49,13 +49,19 @@ async def _settle(step: Any, raw: Any) -> Any:
 
 async def _run_steps(steps: Any, obj: Any, args: list[Any], kwargs: dict[str, Any],
                      result: Any) -> Any:
+    stop = None
     for step in steps:
         if step.gate is None or step.gate.admit(obj):
             try:
                 raw = await _settle(step, step.invoke(obj, args, kwargs, result))
             except StopIteration as exc:
                 raise _stop_iteration(step) from exc
+            except StopTraining as exc:  # the phase's other callbacks first (_policy.run_steps)
+                stop = stop or exc
+                continue
             result = step.absorb(obj, args, kwargs, raw, result)
+    if stop is not None:
+        raise stop
     return result
 
 

@@ -35,6 +35,7 @@ from ._policy import (
     EmitStep,
     step_slots,
 )
+from .errors import StopTraining
 from .errors import emit_return_error as _emit_return_error
 from .errors import note_callback as _note_callback
 from .errors import proceed_twice as _proceed_twice
@@ -190,8 +191,8 @@ def runner(chain: Any, nargs: int, kwnames: tuple[str, ...], call_around: Any) -
     keywords = {name: f"k{i}" for i, name in enumerate(kwnames)}  # keyword -> its local
     passed = names + [f"{name}={local}" for name, local in keywords.items()]
     ns: dict[str, Any] = {"RE": _return_error, "NOTE": _note_callback, "AROUND": chain.around,
-                          "CALL_AROUND": call_around}
-    body: list[str] = []
+                          "CALL_AROUND": call_around, "STOP": StopTraining}
+    body: list[str] = ["stop = None"]  # a StopTraining, raised after its phase's other callbacks
     for phase, steps in ((PRE, chain.pre), (POST, chain.post)):
         if phase == POST and chain.around:  # advice sees the call's arguments, not the object
             seen = names[1:] if chain.around[0].pass_obj else names
@@ -223,32 +224,39 @@ def runner(chain: Any, nargs: int, kwnames: tuple[str, ...], call_around: Any) -
             positional = exprs[: len(exprs) - n_kw]
             keyword = [f"{name}={expr}" for name, expr in zip(step.kwnames, exprs[len(exprs) - n_kw:])]
             call_args = (["obj"] if step.pass_obj else []) + positional + keyword
+            absorb: list[str] = []
+            if phase == POST:
+                if step.consumes:
+                    absorb += [f"if r is None and result is not None: raise RE(S{tag}, r, ('return_value',))",
+                               "result = r"]
+                else:
+                    absorb.append(f"if r is not None: raise RE(S{tag}, r, ())")
+            elif not exprs:
+                absorb.append(f"if r is not None: raise RE(S{tag}, r, ())")
+            elif len(exprs) == 1:
+                absorb += [f"if r is None and {exprs[0]} is not None: raise RE(S{tag}, r, N{tag})",
+                           f"{exprs[0]} = r"]
+            else:
+                none_checks = " or ".join(f"(r[{j}] is None and {x} is not None)" for j, x in enumerate(exprs))
+                absorb += [f"if type(r) is not tuple or len(r) != {len(exprs)}: raise RE(S{tag}, r, N{tag})",
+                           f"if {none_checks}: raise RE(S{tag}, r, N{tag})",
+                           f"{', '.join(exprs)}, = r"]
             block = [
                 "try:",
                 f"    r = F{tag}({', '.join(call_args)})",
+                "except STOP as e:",  # the phase's other callbacks first (_policy.run_steps)
+                f"    NOTE(e, S{tag}.label, S{tag}.event)",
+                "    stop = stop or e",
                 "except BaseException as e:",
                 f"    NOTE(e, S{tag}.label, S{tag}.event)",
                 "    raise",
-            ]
-            if phase == POST:
-                if step.consumes:
-                    block += [f"if r is None and result is not None: raise RE(S{tag}, r, ('return_value',))",
-                              "result = r"]
-                else:
-                    block.append(f"if r is not None: raise RE(S{tag}, r, ())")
-            elif not exprs:
-                block.append(f"if r is not None: raise RE(S{tag}, r, ())")
-            elif len(exprs) == 1:
-                block += [f"if r is None and {exprs[0]} is not None: raise RE(S{tag}, r, N{tag})",
-                          f"{exprs[0]} = r"]
-            else:
-                none_checks = " or ".join(f"(r[{j}] is None and {x} is not None)" for j, x in enumerate(exprs))
-                block += [f"if type(r) is not tuple or len(r) != {len(exprs)}: raise RE(S{tag}, r, N{tag})",
-                          f"if {none_checks}: raise RE(S{tag}, r, N{tag})",
-                          f"{', '.join(exprs)}, = r"]
+                "else:",
+            ] + ["    " + line for line in absorb or ["pass"]]
             if step.gate is not None:
                 block = [f"if G{tag}.admit(obj):"] + ["    " + line for line in block]
             body += block
+        if steps:
+            body.append("if stop is not None: raise stop")
     body.append("return result")
     params = "".join(", " + local for local in names + list(keywords.values()))
     source = f"def run(func, obj{params}):\n" + "".join(f"    {line}\n" for line in body)
@@ -324,7 +332,7 @@ def emit_runner(steps: tuple[EmitStep, ...]) -> Callable[..., None]:
     """``run(target, name, kwargs)``: the steps of one call shape as straight-line
     code (see runner), each listener called with the keywords it takes,
     named one by one (cheaper than ``**kwargs``, which also passes them all)."""
-    ns: dict[str, Any] = {"NOTE": _note_callback, "RETURNED": _emit_return_error}
+    ns: dict[str, Any] = {"NOTE": _note_callback, "RETURNED": _emit_return_error, "STOP": StopTraining}
     body: list[str] = []
     for i, (fn, gate, take, names, label) in enumerate(steps):
         ns[f"F{i}"], ns[f"G{i}"], ns[f"L{i}"] = fn, gate, label
@@ -332,15 +340,20 @@ def emit_runner(steps: tuple[EmitStep, ...]) -> Callable[..., None]:
         block = [
             "try:",
             f"    r = F{i}(target{passed})",
+            "except STOP as e:",  # the other listeners first (_policy.run_steps)
+            f"    NOTE(e, L{i}, name)",
+            "    stop = stop or e",
             "except BaseException as e:",
             f"    NOTE(e, L{i}, name)",
             "    raise",
-            f"if r is not None: raise RETURNED(L{i}, name, r)",
+            "else:",
+            f"    if r is not None: raise RETURNED(L{i}, name, r)",
         ]
         if gate is not None:
             block = [f"if G{i}.admit(target):"] + ["    " + line for line in block]
         body += block
-    source = "def run(target, name, kwargs):\n" + "".join(f"    {line}\n" for line in body or ["pass"])
+    body = ["stop = None", *body, "if stop is not None: raise stop"]
+    source = "def run(target, name, kwargs):\n" + "".join(f"    {line}\n" for line in body)
     listeners = ", ".join(step.label for step in steps)
     return cast(Callable[..., None], _define(source, f"emit runner of {listeners or 'no listener'}", ns, "run"))
 

@@ -32,6 +32,7 @@ from types import MethodType
 from ._policy import MAX_CALL_SHAPES  # the bound on plans per chain or event (see there)
 from ._policy import MISSING, RECORD_ATTR, STATE_KEY
 from ._policy import step_slots as _step_slots
+from ._policy import run_steps
 from ._fast_py import emitter as _pure_emitter
 
 from .errors import note_callback as _note_callback
@@ -202,13 +203,38 @@ cdef class ArgRef:
 cdef class Step
 
 
+@cython.final
+cdef class _Stopped:
+    """What a phase's step returns in place of raising when its callback raised
+    StopTraining: the phase's other callbacks run, then it is raised (see
+    _policy.run_steps, the rule's reference)."""
+    cdef object exc
+
+
+cdef object _stopped_or_reraise(object label, object event):
+    """The error a callback just raised: a StopTraining, noted and returned as a
+    _Stopped; anything else re-raised with a note naming it."""
+    cdef _Stopped stopped
+    try:
+        hookwrap_pending_error()
+    except _StopTraining as exc:
+        _note_callback(exc, label, event)
+        stopped = _Stopped.__new__(_Stopped)
+        stopped.exc = exc
+        return stopped
+    except BaseException as exc:
+        _note_callback(exc, label, event)
+        raise
+
+
 cdef inline object _call_step(Step step, object fn, object bound_to, PyObject **stack,
-                              Py_ssize_t m, Py_ssize_t nkw):
+                              Py_ssize_t m, Py_ssize_t nkw, bint stoppable=False):
     """Call ``fn`` with ``stack``, whose ``stack[-1]`` is ours to lend: a bound
     method puts its object there instead of copying the array. ``fn`` is
     ``step.fn``, or a bound method's function with its object ``bound_to``, put
     before the arguments here: what calling the method does, one C call fewer.
-    No try block: entering one saves the handled exception, on every call."""
+    No try block: entering one saves the handled exception, on every call.
+    ``stoppable``: a StopTraining comes back as a _Stopped instead of raising."""
     cdef PyObject *kwnames = <PyObject *>step.kwnames if nkw else NULL
     cdef PyObject *result
     if bound_to is None:
@@ -218,6 +244,8 @@ cdef inline object _call_step(Step step, object fn, object bound_to, PyObject **
         stack[0] = <PyObject *>bound_to
         result = hookwrap_vectorcall(fn, stack, m + 1 - nkw, kwnames)
     if result is NULL:
+        if stoppable:
+            return _stopped_or_reraise(step.label, step.event)
         _reraise_noted(step.label, step.event)
     return hookwrap_steal(result)
 
@@ -513,7 +541,7 @@ cdef object _run_fast(_ShapePlan plan, object func, object obj, PyObject **args,
     cdef tuple steps
     cdef _StepShape shape
     cdef Step step
-    cdef object raw, result = None
+    cdef object raw, result = None, stop = None
     if kwnames is not NULL:
         total += len(<tuple>kwnames)
     for i in range(total):
@@ -527,7 +555,11 @@ cdef object _run_fast(_ShapePlan plan, object func, object obj, PyObject **args,
             if step.gate is not None and not step.gate.admit(obj):
                 continue
             m = _fill_stack(shape, stack, obj, buf, None)
-            raw = _call_step(step, shape.func, shape.bound_to, stack, m, shape.nkw)
+            raw = _call_step(step, shape.func, shape.bound_to, stack, m, shape.nkw, True)
+            if type(raw) is _Stopped:  # the others run first, then it is raised
+                if stop is None:
+                    stop = raw
+                continue
             n = shape.n
             if n == 0:
                 if raw is not None:
@@ -546,6 +578,8 @@ cdef object _run_fast(_ShapePlan plan, object func, object obj, PyObject **args,
                     raise _return_error(step, raw, shape.names)
             for i in range(n):
                 owned = _store(buf, owned, shape.slots[i], (<tuple>raw)[i])
+        if stop is not None:
+            raise (<_Stopped>stop).exc
         if plan.around is None:
             result = PyObject_Vectorcall(func, buf, nargs, kwnames)
         else:
@@ -558,8 +592,14 @@ cdef object _run_fast(_ShapePlan plan, object func, object obj, PyObject **args,
             if step.gate is not None and not step.gate.admit(obj):
                 continue
             m = _fill_stack(shape, stack, obj, buf, result)
-            raw = _call_step(step, shape.func, shape.bound_to, stack, m, shape.nkw)
+            raw = _call_step(step, shape.func, shape.bound_to, stack, m, shape.nkw, True)
+            if type(raw) is _Stopped:
+                if stop is None:
+                    stop = raw
+                continue
             result = step.absorb(obj, None, None, raw, result)  # post: arguments untouched
+        if stop is not None:
+            raise (<_Stopped>stop).exc
         return result
     finally:
         if owned:
@@ -794,32 +834,22 @@ cdef object _run_owned(Chain chain, object func, object obj, list args, dict kwa
 
 
 cdef object _run_main(Chain chain, object func, object obj, list args, dict kwargs):
-    cdef Step step
-    for step in chain.pre:
-        if step.gate is None or step.gate.admit(obj):
-            raw = step.invoke(obj, args, kwargs, None)
-            step.absorb(obj, args, kwargs, raw, None)
+    # The general path: _policy.run_steps runs each phase (a StopTraining raised
+    # after the phase's other callbacks ran), as in the pure twin.
+    run_steps(chain.pre, obj, args, kwargs, None)
     if chain.around:
         # Around advice sees the call's own arguments, without the object.
         result = call_around(chain.around, 0, func, obj,
                              tuple(args[1:] if chain.around[0].pass_obj else args), kwargs)
     else:
         result = func(*args, **kwargs)
-    for step in chain.post:
-        if step.gate is None or step.gate.admit(obj):
-            raw = step.invoke(obj, args, kwargs, result)
-            result = step.absorb(obj, args, kwargs, raw, result)
-    return result
+    return run_steps(chain.post, obj, args, kwargs, result)
 
 
 def _run_error_steps(Chain chain, obj, list args, dict kwargs, exc):
-    cdef Step step
     if isinstance(exc, _StopTraining):  # control flow, not a failure
         return
-    for step in chain.error:
-        if step.gate is None or step.gate.admit(obj):
-            raw = step.invoke(obj, args, kwargs, exc)
-            step.absorb(obj, args, kwargs, raw, None)
+    run_steps(chain.error, obj, args, kwargs, exc)
 
 
 # --- Around advice ------------------------------------------------------------
@@ -1116,7 +1146,7 @@ cdef int _run_emit_with(tuple plan, object target, object name, PyObject **value
     cdef Py_ssize_t i, n
     cdef tuple step  # an EmitStep (a tuple subclass): fn, gate, take, names, label
     cdef PyObject *result
-    cdef object raw, gate, take, entry
+    cdef object raw, gate, take, entry, stop = None
     stack[0] = <PyObject *>target
     for i in range(nkw):
         stack[i + 1] = values[i]
@@ -1136,10 +1166,15 @@ cdef int _run_emit_with(tuple plan, object target, object name, PyObject **value
             result = hookwrap_vectorcall(step[0], picked, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
                                          <PyObject *>step[3] if n else NULL)
         if result is NULL:
-            _reraise_noted(step[4], name)
+            raw = _stopped_or_reraise(step[4], name)  # a StopTraining: after the others
+            if stop is None:
+                stop = raw
+            continue
         raw = hookwrap_steal(result)
         if raw is not None:
             raise _emit_return_error(step[4], name, raw)
+    if stop is not None:
+        raise (<_Stopped>stop).exc
     return 0
 
 

@@ -109,10 +109,28 @@ def run_steps(steps: tuple[Any, ...], obj: Any, args: list[Any], kwargs: dict[st
     """Run the steps of one phase in order, those their filter admits, each applying
     the return contract (``Step.absorb``) to what it returned; returns the result
     (``result`` as the post callbacks left it; pre and error steps leave it as is).
-    The interpreter every general path shares: either twin's Steps run on it."""
+    The interpreter every general path shares: either twin's Steps run on it.
+
+    A callback that raises ``StopTraining`` does not cost the phase's other
+    callbacks their turn: they run, then the first stop is raised (what is logged
+    or saved does not depend on the order callbacks were attached in). The fast
+    paths (``_fast.pyx:_run_fast``, ``_codegen.runner``, the emit runners,
+    ``_asyncrun``) mirror this."""
+    stop = None
     for step in steps:
         if step.gate is None or step.gate.admit(obj):
-            result = step.absorb(obj, args, kwargs, step.invoke(obj, args, kwargs, result), result)
+            try:
+                raw = step.invoke(obj, args, kwargs, result)
+            except Exception as exc:
+                from .errors import StopTraining  # errors imports this module: here, on an error only
+
+                if not isinstance(exc, StopTraining):
+                    raise
+                stop = stop or exc
+                continue
+            result = step.absorb(obj, args, kwargs, raw, result)
+    if stop is not None:
+        raise stop
     return result
 
 

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from types import CodeType, ModuleType, TracebackType
 from typing import Any, Sequence
 
+from ._lifecycle import boundary
 from .errors import HookError, UnknownEventError, closest
 
 __all__ = ["BadInput", "Runner", "WeaveTarget", "parse_weave", "run"]
@@ -411,7 +412,10 @@ def run(script: str, args: Sequence[str] = (), presets: Sequence[str] = (), weav
                             __loader__=None)
         sys.modules["__main__"] = module
         try:
-            exec(code, vars(module))
+            # The script's end settles every deferring callback (rows written, NaN
+            # checks decided) before they are removed, however it ends.
+            with boundary():
+                exec(code, vars(module))
         except BadInput as bad:
             print(bad.message, file=sys.stderr)
             return 2

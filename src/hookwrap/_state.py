@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._describe import describe
+from ._lifecycle import Ending, settle_attached
 from .errors import HookError
 
 __all__ = ["callback_state", "load_callback_state", "stateful_callbacks"]
@@ -42,7 +43,12 @@ def stateful_callbacks(obj: Any, where: str = "stateful_callbacks") -> dict[str,
 def callback_state(obj: Any) -> dict[str, Any]:
     """The ``state_dict()`` of every stateful callback attached to ``obj``, by
     ``state_key``. Save it beside the model's: ``torch.save({"model": ...,
-    "callbacks": hookwrap.callback_state(trainer)}, path)``."""
+    "callbacks": hookwrap.callback_state(trainer)}, path)``.
+
+    What a deferring callback attached to ``obj`` still holds is settled first
+    (``hookwrap.extend.Defers``): a NaN check still queued raises here, as it
+    would have later in the run, rather than being lost with the process."""
+    settle_attached(obj, Ending("state"))
     return {key: cb.state_dict() for key, cb in stateful_callbacks(obj, "callback_state").items()}
 
 

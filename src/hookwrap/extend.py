@@ -33,6 +33,12 @@ shipped ones do:
 * **Keep state across a resume**: a callback with ``state_dict()`` and
   ``load_state_dict(state)`` is saved by ``hookwrap.callback_state(obj)``;
   ``stateful_callbacks`` lists those attached to an object.
+* **Defer without losing anything**: mix ``Defers`` into a callback that holds
+  values back (a batched read from the device, rows written in batches) and
+  define ``settle(obj, ending)``; it is called at every boundary that always
+  comes: the end of ``fit`` (or of the hooked object's outermost join point
+  call), however it ends, ``callback_state``, the end of a ``hookwrap run``
+  script, interpreter exit. ``describe()`` shows where (``settle_at_end``).
 * **Return a handle** that undoes what you did: subclass ``Removable``
   (``remove()``, and a context manager removing on exit), as
   ``hookwrap.integrations``' presets do; ``is_join_point`` tells whether an
@@ -155,6 +161,7 @@ from typing import Any, Callable
 from ._dispatch import join_point_of
 from ._events import PHASES, normalize
 from ._joinpoints import all_join_points, find_join_point, spec_of, target_join_points
+from ._lifecycle import Defers, Ending, boundary, settle_all, track_deferring
 from ._options import process_rank as _process_rank
 from ._reader import per_join_point as _per_join_point
 from ._reader import reader as _reader
@@ -163,6 +170,8 @@ from ._state import stateful_callbacks as _stateful_callbacks
 from .errors import HookError, UnknownEventError, closest, safe_repr
 
 __all__ = [
+    "Defers",
+    "Ending",
     "JoinPointInfo",
     "Removable",
     "has_join_point",
@@ -171,7 +180,10 @@ __all__ = [
     "per_join_point",
     "process_rank",
     "reader",
+    "boundary",
+    "settle_all",
     "stateful_callbacks",
+    "track_deferring",
 ]
 
 # The phases a reader may be registered on: around advice must call proceed, which

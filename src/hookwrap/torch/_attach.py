@@ -22,7 +22,7 @@ from ..errors import CallbackSignatureError, HookError, closest
 from ..extend import JoinPointInfo, has_join_point, join_points, per_join_point, process_rank, reader
 
 __all__ = ["CountingCallback", "DefaultEvent", "ShippedCallback", "Source", "checked_logger", "from_object",
-           "is_rank_zero", "positive_number", "to_float", "whole_number"]
+           "is_rank_zero", "positive_number", "settle_logger", "to_float", "whole_number"]
 
 
 class DefaultEvent(str):
@@ -228,6 +228,14 @@ def checked_logger(logger: Any, where: str) -> Any:
         raise HookError(f"{where}: logger must be an object with log(name, value, step), such as a "
                         f"hookwrap.torch.MetricsLogger; got {what}.")
     return logger
+
+
+def settle_logger(logger: Any, obj: Any, ending: Any) -> None:
+    """At a boundary of a callback that logs into ``logger`` (a MetricsLogger): what it
+    logged is settled there too, as ``logger`` itself may not be attached."""
+    settle = getattr(logger, "settle", None)
+    if settle is not None:
+        settle(obj, ending)
 
 
 def to_float(value: Any) -> float:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple, NoReturn, Protocol
 
 from ..errors import HookError
-from ..extend import reader
+from ..extend import Defers, Ending, reader, track_deferring
 from ._attach import DefaultEvent, CountingCallback, is_rank_zero, to_float, whole_number
 from .readback import shared
 
@@ -119,7 +119,7 @@ class TensorBoardWriter:
         return {**self.__dict__, "_writer": None}
 
 
-class MetricsLogger(CountingCallback):
+class MetricsLogger(Defers, CountingCallback):
     """Logs the loss (what ``loss_event`` returns, every ``every`` steps), every
     metric ``metrics_event`` returns, and whatever other callbacks ``log()``
     (GradNorm's ``grad_norm``, LRMonitor's ``lr``), and sends them to:
@@ -138,13 +138,19 @@ class MetricsLogger(CountingCallback):
     (:mod:`hookwrap.torch.readback`), and the rows read are sent in batches: when
     an epoch ends (asynchronously on CUDA: a row whose copy is still running goes
     at the next flush), when 1024 rows wait (the current step's stay for the
-    next), and when ``fit_event`` returns, ``read()`` is called or the logger is
-    pickled (waiting for the device). A batch gives each logger one
+    next), and at every boundary of its lifecycle (``hookwrap.extend.Defers``),
+    waiting for the device: when ``fit_event`` ends (it returned, a
+    ``StopTraining`` or another exception left it), else when the hooked object's
+    outermost join point call ends; when ``callback_state`` is taken, ``read()``
+    is called or the logger is pickled; at the end of a ``hookwrap run`` script;
+    at interpreter exit (reported on stderr). Nothing logged is lost however the
+    run ends. A batch gives each logger one
     ``log_metrics(metrics, step)`` per step, in step order (a name logged twice in
     a step, a second call; the evaluation after an epoch's flush, a call of its
     own for that step), then ``save()`` where it has one. When ``fit_event``
-    returns, each logger's ``finalize("success")`` is called (``"failed"`` when it
-    raises), else its ``save()``.
+    ends, each logger's ``finalize("success")`` is called (also when stopped;
+    ``"failed"`` when it raises), else its ``save()``. A value that is not a
+    number (a confusion matrix in the metrics) is refused naming its key.
 
     A logger that raises misses the rest of that batch; the other loggers still
     get theirs, and then its exception propagates with a note naming it and the
@@ -193,6 +199,8 @@ class MetricsLogger(CountingCallback):
         self.losses = 0
         self.rows: list[list[Any]] = []  # [step, name, value] not yet sent; value None until read
         self._flush_at = self.max_rows
+        self.run_event = fit_event
+        track_deferring(self)  # settled at a script's end and at exit, attached or only logged into
 
     @property
     def sinks(self) -> list[Any]:
@@ -207,6 +215,14 @@ class MetricsLogger(CountingCallback):
 
     def attach(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:
         e = {k: v for k, v in self.events.items() if self.wants(target, v)}
+        if not {"loss", "metrics", "epoch"} & set(e):
+            raise HookError(
+                f"MetricsLogger: {getattr(target, '__qualname__', 'the target')} has none of the join points it "
+                f"logs: loss_event={self.events['loss']!r}, metrics_event={self.events['metrics']!r}, "
+                f"epoch_event={self.events['epoch']!r}, so it would never log a row. Name yours "
+                f"(MetricsLogger(..., loss_event='compute_loss', metrics_event='validate')), or weave them. "
+                f"A MetricsLogger that only takes other callbacks' values (GradNorm(logger=...)) need not "
+                f"be attached.")
         pairs: list[tuple[str, Callable[..., Any]]] = []
         if "loss" in e:
             pairs.append((f"post-{e['loss']}", reader(self.record_loss, "post-", "return_value")))
@@ -214,10 +230,7 @@ class MetricsLogger(CountingCallback):
             pairs.append((f"post-{e['metrics']}", reader(self.record_metrics, "post-", "return_value")))
         if "epoch" in e:
             pairs.append((f"post-{e['epoch']}", reader(self.end_of_epoch, "post-")))
-        if "fit" in e:
-            pairs.append((f"post-{e['fit']}", reader(self.close, "post-")))
-            pairs.append((f"error-{e['fit']}", reader(self.failed_fit, "error-", "exception")))
-        return pairs
+        return pairs  # fit_event: a boundary of the lifecycle (Defers), however it ends
 
     def log(self, name: str, value: Any, step: int | None = None) -> None:
         """Record one value (sent at the next flush). A tensor (one element) is
@@ -242,9 +255,21 @@ class MetricsLogger(CountingCallback):
     def record_metrics(self, obj: Any, value: Any) -> None:
         if isinstance(value, Mapping):
             for name, metric in value.items():
-                self.log(str(name), metric)
+                self._log_checked(str(name), metric)
         else:
-            self.log("metric", value)
+            self._log_checked("metric", value)
+
+    def _log_checked(self, name: str, value: Any) -> None:
+        """``log``, refusing what is not one number (ignite's confusion matrix) by name."""
+        numel = getattr(value, "numel", None)
+        if (callable(numel) and numel() != 1) or \
+                (numel is None and not isinstance(value, (int, float)) and not hasattr(value, "__float__")):
+            shape = f"a tensor of shape {tuple(value.shape)}" if callable(numel) else f"a {type(value).__name__}"
+            raise HookError(
+                f"MetricsLogger: the metric {name!r} at step {self.step} is {shape}, not one number. Log a "
+                f"number per name (reduce it, or return its scalars under keys of their own), or leave it "
+                f"out of what the {self.events['metrics']!r} join point returns.")
+        self.log(name, value)
 
     def end_of_epoch(self, obj: Any = None) -> None:
         shared().read()  # what is queued (CUDA: the copies done by now)
@@ -265,6 +290,25 @@ class MetricsLogger(CountingCallback):
         """As ``close``, with ``finalize("failed")``; a logger that raises adds a note
         to the fit's own exception, which propagates."""
         self._finish("failed", exception)
+
+    def settle(self, obj: Any, ending: Ending) -> None:
+        """A boundary (``hookwrap.extend.Defers``): every row sent; at the end of the
+        run, the loggers finalized (``"failed"`` when an error is leaving it)."""
+        if not is_rank_zero():
+            return
+        failure = ending.exception if ending.failed else None
+        if ending.run_ended:
+            self._finish("failed" if failure is not None else "success", failure)
+            return
+        self._read_all()
+        errors = self._send(self._take(), raise_errors=False)
+        if errors and failure is None:
+            _raise(errors)
+        for exc in errors:
+            failure.add_note(f"MetricsLogger: {type(exc).__name__}: {exc}")  # type: ignore[union-attr]
+
+    def pending(self) -> str:
+        return f"{len(self.rows)} metric rows" if self.rows else ""
 
     def read(self) -> list[tuple[int, str, float]]:
         """The rows logged so far, parsed back from the CSV file (waits for values
@@ -317,6 +361,7 @@ class MetricsLogger(CountingCallback):
         first, after every logger had its batch) or returned."""
         if not rows:
             return []
+        self._unfinished = True  # rows sent since the loggers were last finalized
         batches = _by_step(rows)
         errors: list[BaseException] = []
         for sink in self.sinks:
@@ -339,6 +384,8 @@ class MetricsLogger(CountingCallback):
     def _finish(self, status: str, failure: BaseException | None) -> None:
         self._read_all()
         errors = self._send(self._take(), raise_errors=False)
+        if not self.__dict__.pop("_unfinished", False) and not errors:
+            return  # nothing sent since the last finalize (a script's end after fit's)
         for sink in self.sinks:
             if not self._call(sink, "finalize", (status,), errors):
                 self._call(sink, "save", (), errors)

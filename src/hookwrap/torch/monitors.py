@@ -5,20 +5,23 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-from ._attach import CountingCallback, DefaultEvent, checked_logger, whole_number
+from ..extend import Defers, Ending
+from ._attach import CountingCallback, DefaultEvent, checked_logger, settle_logger, whole_number
 from .readback import QueuesReadBacks, shared
 
 __all__ = ["GradNorm", "LRMonitor"]
 
 
-class GradNorm(QueuesReadBacks, CountingCallback):
+class GradNorm(Defers, QueuesReadBacks, CountingCallback):
     """After each call of ``event`` (default ``"backward"``), the total ``norm_type``
     norm of the gradients of ``model`` (an attribute name of the hooked object, or
     the module; read from the join point's argument of that name first), every
     ``every`` calls. The norm is computed on the device and queued for read-back with
     the other shipped callbacks' values (:mod:`hookwrap.torch.readback`), not read
     each time. ``history`` holds ``(step, norm)`` (reading it, or ``last``, reads back
-    what is still queued); ``logger`` (a MetricsLogger) gets ``grad_norm``."""
+    what is still queued); ``logger`` (a MetricsLogger) gets ``grad_norm``, and
+    with one the norms queued are settled into it at the end of ``fit`` (or of the
+    hooked object's outermost join point call), however it ends."""
 
     def __init__(self, model: Any = "model", norm_type: float = 2.0, every: int = 1,
                  event: str = "backward", logger: Any = None,
@@ -34,6 +37,12 @@ class GradNorm(QueuesReadBacks, CountingCallback):
     def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
         self.wants(target, self.event)
         return [(f"post-{self.event}", self.value_reader(self.measure, "post-", self.model, "model"))]
+
+    def defers(self) -> bool:
+        return self.logger is not None  # else history reads back on demand: nothing to lose
+
+    def settle(self, obj: Any, ending: Ending) -> None:
+        settle_logger(self.logger, obj, ending)
 
     def measure(self, obj: Any, model: Any) -> None:
         self.calls += 1

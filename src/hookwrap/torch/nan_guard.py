@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any, Callable
 
 from ..errors import CallbackSignatureError
-from ..extend import JoinPointInfo, per_join_point, reader
+from ..extend import Defers, Ending, JoinPointInfo, per_join_point, reader
 from ._attach import CountingCallback, DefaultEvent, whole_number
 from .distributed import is_distributed, per_rank, ranks_where
 from .readback import QueuesReadBacks, defers_decisions, shared
@@ -43,7 +43,7 @@ def _first_non_finite(value: Any) -> tuple[str, Any] | None:
     return None
 
 
-class NanGuard(QueuesReadBacks, CountingCallback):
+class NanGuard(Defers, QueuesReadBacks, CountingCallback):
     """Raises ``NonFiniteError`` naming the event, the step and the value when
     the loss or metrics of one of ``events`` are NaN or infinite: the join point's
     ``argument`` (default ``loss``, as in ``backward(loss)``) where it has one, else
@@ -58,12 +58,18 @@ class NanGuard(QueuesReadBacks, CountingCallback):
     bad element) and read back with the other shipped callbacks' values
     (:mod:`hookwrap.torch.readback`) once ``check_every`` checks are queued, at the
     start of the next step (in the check itself where the target has no step
-    event), and at the end of each ``epoch_event`` and ``fit_event``. The guard then
-    raises naming the step where the value *first* went non-finite; the run stops
-    at most ``check_every - 1`` steps after that step, or at the end of the epoch or
-    fit. On CUDA the copy back is asynchronous (pinned memory and an event), so a
-    read-back point may find the copy still running and decide at the next one;
-    the end of ``fit_event`` waits for it. A Python number is checked at once.
+    event), at the end of each ``epoch_event``, and at every boundary of its
+    lifecycle (``hookwrap.extend.Defers``), waiting for the device: the end of
+    ``fit_event`` however it ends, else the end of the hooked object's outermost
+    join point call (on a loop with no ``fit``, every check is then decided when
+    that call ends), ``callback_state``, the end of a ``hookwrap run`` script,
+    interpreter exit (reported on stderr). The guard then raises naming the step
+    where the value *first* went non-finite; the run stops at most
+    ``check_every - 1`` steps after that step, or at the boundary. When another
+    error is already leaving the run, a non-finite value found is a note on it. On
+    CUDA the copy back is asynchronous (pinned memory and an event), so a
+    read-back point may find the copy still running and decide at the next one.
+    A Python number is checked at once.
     ``check_pending()`` decides now, for loops without epoch or fit join points.
     ``sync=True`` checks every value at once (one read per check; a device sync on
     CUDA) and stops at the step itself.
@@ -92,6 +98,7 @@ class NanGuard(QueuesReadBacks, CountingCallback):
         self._first: tuple[int, str, Any, str, int, str] | None = None  # (check, what, value, where, step, of)
         self._last_what = ""
         self._checked_on: Any = None  # the hooked object of the checks queued since then
+        self.run_event = fit_event if not self.sync else None
 
     @property
     def state_key(self) -> str:
@@ -108,10 +115,25 @@ class NanGuard(QueuesReadBacks, CountingCallback):
             defers_decisions(self)  # a checkpoint written asks it first (readback.settle)
             if self.wants(target, self.epoch_event):
                 pairs.append((f"post-{self.epoch_event}", reader(self.end_of_epoch, "post-")))
-            if self.wants(target, self.fit_event):
-                pairs.append((f"post-{self.fit_event}", reader(self.end_of_fit, "post-")))
-                pairs.append((f"error-{self.fit_event}", reader(self.failed_fit, "error-", "exception")))
+            self.wants(target, self.fit_event)  # a boundary (Defers): checked here, a name must exist
         return pairs
+
+    def boundary_advice(self, target: Any, pairs: list[tuple[str, Callable[..., Any]]]) \
+            -> list[tuple[str, Callable[..., Any]]]:
+        return [] if self.sync else super().boundary_advice(target, pairs)  # sync: nothing deferred
+
+    def settle(self, obj: Any, ending: Ending) -> None:
+        """A boundary (``hookwrap.extend.Defers``): decide on every check queued
+        (those of ``obj``, or all at a process-wide boundary); when an error is
+        leaving, note a non-finite value on it instead."""
+        if ending.failed:
+            assert ending.exception is not None
+            self.failed_fit(obj, ending.exception)
+        elif obj is None or self._checked_on is obj or self._first is not None:
+            self._read_back(wait=True)
+
+    def pending(self) -> str:
+        return f"{self._since} NaN checks not yet read" if self._since else ""
 
     def _choose(self, event: str, jp: JoinPointInfo) -> Any:
         """The value watched on one join point: its ``argument`` (``loss``: accelerate's
@@ -141,9 +163,6 @@ class NanGuard(QueuesReadBacks, CountingCallback):
 
     def end_of_epoch(self, obj: Any) -> None:
         self._read_back(wait=False)
-
-    def end_of_fit(self, obj: Any) -> None:
-        self._read_back(wait=True)
 
     def failed_fit(self, obj: Any, exception: BaseException) -> None:
         """``fit`` raised: nothing it queued is carried into the next fit. A value read

@@ -6,14 +6,14 @@ from collections.abc import Mapping
 from typing import Any, Callable
 
 from ..errors import HookError
-from ..extend import reader
+from ..extend import Defers, Ending, reader
 from ._attach import DefaultEvent, ShippedCallback, to_float, whole_number
 from .readback import QueuesReadBacks, shared
 
 __all__ = ["ProgressBar"]
 
 
-class ProgressBar(QueuesReadBacks, ShippedCallback):
+class ProgressBar(Defers, QueuesReadBacks, ShippedCallback):
     """One tqdm bar per call of ``epoch_event``, advanced by each ``step_event``, with
     the last loss (what ``loss_event`` returns) and the metrics ``metrics_event``
     returns in its postfix.
@@ -23,7 +23,8 @@ class ProgressBar(QueuesReadBacks, ShippedCallback):
     the other shipped callbacks' values (:mod:`hookwrap.torch.readback`: NanGuard's
     reads), or by the bar itself when its loss has waited ``read_every`` steps and
     when the epoch ends (on CUDA without waiting: a copy still running shows
-    later). The postfix shows the last loss read, refreshed every ``postfix_every``
+    later). The bar closes when ``fit_event`` ends, however it ends (a stop, an
+    error), or the hooked object's outermost join point call does. The postfix shows the last loss read, refreshed every ``postfix_every``
     steps. A plain number is shown as it comes. ``total`` is the number of steps per
     epoch, when known. Under torch.distributed the bar shows on rank 0 only
     (``rank_zero_only``). Other keywords go to ``tqdm`` (``file=``, ``ncols=``, ...).
@@ -51,6 +52,7 @@ class ProgressBar(QueuesReadBacks, ShippedCallback):
         self.loss: float | None = None  # the last loss read
         self.losses = 0  # losses seen
         self.metrics: dict[str, str] = {}  # formatted for the postfix
+        self.run_event = fit_event
 
     def attach(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:
         e = {k: v for k, v in self.events.items() if self.wants(target, v)}
@@ -67,10 +69,16 @@ class ProgressBar(QueuesReadBacks, ShippedCallback):
             pairs.append((f"post-{e['loss']}", reader(self.record_loss, "post-", "return_value")))
         if "metrics" in e:
             pairs.append((f"post-{e['metrics']}", reader(self.record_metrics, "post-", "return_value")))
-        if "fit" in e:
-            pairs.append((f"post-{e['fit']}", reader(self.close, "post-")))
-            pairs.append((f"error-{e['fit']}", reader(self.close, "error-")))
-        return pairs
+        self._closes_at_fit = "fit" in e
+        return pairs  # fit_event: a boundary (Defers), where the bar closes however the run ends
+
+    def defers(self) -> bool:
+        # The bar's own boundary is the epoch: only a run's end (a stop, an error) adds one.
+        return bool(getattr(self, "_closes_at_fit", False))
+
+    def settle(self, obj: Any, ending: Ending) -> None:
+        """A boundary (``hookwrap.extend.Defers``): the bar shows the last loss read, and closes."""
+        self.close(obj)
 
     def open(self, obj: Any) -> None:
         from tqdm.auto import tqdm

@@ -10,14 +10,14 @@ from collections.abc import Mapping
 from typing import Any, Callable
 
 from ..errors import CallbackSignatureError, HookError
-from ..extend import JoinPointInfo, per_join_point, reader
-from ._attach import CountingCallback, DefaultEvent, checked_logger, positive_number, whole_number
+from ..extend import Defers, Ending, JoinPointInfo, per_join_point, reader
+from ._attach import CountingCallback, DefaultEvent, checked_logger, positive_number, settle_logger, whole_number
 from .readback import QueuesReadBacks, shared
 
 __all__ = ["Throughput", "measure_flops", "peak_flops"]
 
 
-class Throughput(QueuesReadBacks, CountingCallback):
+class Throughput(Defers, QueuesReadBacks, CountingCallback):
     """Samples, tokens and steps per second, every ``every`` calls of ``step_event``.
 
     **What is counted.** The argument ``batch`` (default ``"batch"``) of the step
@@ -131,9 +131,17 @@ class Throughput(QueuesReadBacks, CountingCallback):
         if self.wants(target, self.eval_event):
             pairs += [(f"pre-{self.eval_event}", reader(self._pause, "pre-")),
                       (f"post-{self.eval_event}", reader(self._resume, "post-"))]
-        if self.wants(target, self.fit_event):
-            pairs.append((f"post-{self.fit_event}", reader(self._end_of_fit, "post-")))
-        return pairs
+        self.run_event = self.fit_event if self.wants(target, self.fit_event) else None
+        return pairs  # fit_event: a boundary (Defers), where the open window is dropped
+
+    def defers(self) -> bool:
+        # A logger to settle, or a window to drop when fit ends (however it ends).
+        return self.logger is not None or self.run_event is not None
+
+    def settle(self, obj: Any, ending: Ending) -> None:
+        if ending.where == "fit":
+            self._open()
+        settle_logger(self.logger, obj, ending)
 
     def _choose_batch(self, jp: JoinPointInfo) -> Any:
         if self.batch not in jp.arguments:
@@ -156,9 +164,6 @@ class Throughput(QueuesReadBacks, CountingCallback):
         if self._paused is not None:
             self._excluded += self.clock() - self._paused
             self._paused = None
-
-    def _end_of_fit(self, obj: Any) -> None:
-        self._open()
 
     def count(self, obj: Any, batch: Any) -> None:
         """After each step: count its samples and tokens; report every ``every`` steps."""

@@ -1,0 +1,289 @@
+"""Deferred work settled at boundaries that always come.
+
+A callback that defers (device values queued for a batched read, rows not yet
+written, NaN checks not yet decided) is an optimisation, and must never turn
+into a loss. ``Defers`` gives such a callback one lifecycle: whatever it holds
+is settled
+
+* when the run's own join point (``fit``, where the target has it) ends: it
+  returned, ``StopTraining`` left it, or another exception did;
+* else when the hooked object's *outermost* join point call ends, in any of
+  those three ways (on a loop with no ``fit``, that may be every step: the
+  callback then decides at once rather than never);
+* at the end of a ``hookwrap run`` script (``boundary``), which also
+  lets calls inside it defer to the script's end;
+* when ``hookwrap.callback_state(obj)`` is taken (a checkpoint must not hide a
+  check still queued);
+* at interpreter exit, where anything still pending is settled and reported on
+  stderr, loudly.
+
+The boundaries are around advice the mixin adds to what the callback
+attaches (``describe()`` shows it as ``settle_at_end``), so they cost nothing
+on calls nested inside the outermost one but a dictionary look-up.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import sys
+import threading
+import weakref
+from collections.abc import Iterator
+from typing import Any, Callable, NamedTuple
+
+from ._events import CUSTOM, normalize, parse_event
+from ._describe import describe
+from ._joinpoints import all_join_points, spec_of, target_join_points
+from ._reader import reader
+from .errors import StopTraining
+
+__all__ = ["Defers", "Ending", "deferring_callbacks", "boundary", "settle_all", "settle_attached",
+           "track_deferring"]
+
+
+class Ending(NamedTuple):
+    """How a boundary came: ``where`` it is, and what left the call there."""
+
+    where: str
+    """``"fit"`` (the run's own join point ended), ``"outermost"`` (the hooked
+    object's outermost call of another join point ended), ``"state"``
+    (``callback_state``), ``"script"`` (a ``hookwrap run`` script ended) or
+    ``"exit"`` (the interpreter is exiting)."""
+    exception: BaseException | None = None
+    """What left the call (``StopTraining`` included); None when it returned."""
+
+    @property
+    def stopped(self) -> bool:
+        """The run was ended by ``StopTraining``: a normal end."""
+        return isinstance(self.exception, StopTraining)
+
+    @property
+    def failed(self) -> bool:
+        """Another exception is leaving: settle without raising over it (add notes)."""
+        return self.exception is not None and not self.stopped
+
+    @property
+    def run_ended(self) -> bool:
+        """Nothing more of this run is sure to come (loggers may finalize)."""
+        return self.where in ("fit", "script", "exit")
+
+
+# Every attached deferring callback, weakly: one nothing else holds is not kept for this.
+_DEFERRING: weakref.WeakSet[Any] = weakref.WeakSet()
+_lock = threading.Lock()
+_script_depth = 0  # `hookwrap run` scripts running: their end is a boundary that will come
+
+
+class Defers:
+    """Mixed into a ``hookwrap.Callback`` that defers work, before the callback's
+    own base (``class MyLogger(Defers, hw.Callback)``). Implement
+    ``settle(obj, ending)``; optionally ``pending()`` and ``run_event``.
+
+    ``settle(obj, ending)`` delivers what is held for hooked object ``obj``
+    (``None``: a function's, or everything, at a process-wide boundary). With
+    ``ending.failed`` it must not raise (note what it found on
+    ``ending.exception`` instead); otherwise it may raise, which ends the run
+    (a NaN found at the end of ``fit`` raises there)."""
+
+    run_event: Any = "fit"
+    """The join point of a whole run: where the target has it, its end is the
+    boundary; elsewhere the outermost call of each join point is."""
+
+    def settle(self, obj: Any, ending: Ending) -> None:
+        raise NotImplementedError(f"{type(self).__qualname__} defers, and must define settle(obj, ending)")
+
+    def defers(self) -> bool:
+        """Whether this callback holds anything back as set up (a monitor whose values
+        are only read on demand does not): no boundary advice where it does not."""
+        return True
+
+    def pending(self) -> str:
+        """What is held and not yet delivered, for the report at exit ("3 rows"); ''
+        when nothing that could be lost is."""
+        return ""
+
+    def event_methods(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
+        pairs: list[tuple[str, Callable[..., Any]]] = super().event_methods(target)  # type: ignore[misc]
+        if self.defers():
+            track_deferring(self)
+        return pairs + self.boundary_advice(target, pairs)
+
+    # --- the boundaries -------------------------------------------------------------
+
+    def boundary_advice(self, target: Any, pairs: list[tuple[str, Callable[..., Any]]]) \
+            -> list[tuple[str, Callable[..., Any]]]:
+        """``around-`` advice on the join points whose end is a boundary: the run's
+        own (``run_event``) where the target has it, else every join point of the
+        target (for the global tier: those the callback attaches to)."""
+        if not self.defers():
+            return []
+        if not hasattr(self, "_depth"):
+            self._depth: dict[int, int] = {}
+        run = normalize(self.run_event) if self.run_event else None
+        if target is None:  # the global tier: the run's join points, else those of its events
+            every = all_join_points()
+            names = {normalize(name) for phase, name in (parse_event(e, "Defers") for e, _ in pairs)
+                     if phase != CUSTOM}
+            if any(normalize(jp.event) == run for jp in every):
+                names = {run}  # type: ignore[arg-type]
+            found = {name: [jp for jp in every if normalize(jp.event) == name] for name in names}
+        else:
+            # Not `init`: an object being made holds nothing deferred yet.
+            found = {name: [jp] for name, jp in target_join_points(target).items() if name != "init"}
+            if run in found:
+                found = {run: found[run]}
+        advice: list[tuple[str, Callable[..., Any]]] = []
+        for name, jps_named in sorted(found.items()):
+            # Sync join points only: a coroutine's or generator's call returns before it runs.
+            kinds = {spec_of(jp).has_obj for jp in jps_named if jp.run_wrapped is None}
+            if len(kinds) != 1 or len(jps_named) != sum(jp.run_wrapped is None for jp in jps_named):
+                continue  # mixed kinds under one global name: the script's end and exit settle
+            event = jps_named[0].event
+            at_run = name == run
+            around: Callable[..., Any]
+            if kinds == {True}:
+                around = self.settle_at_run_end if at_run else self.settle_at_end
+            else:
+                around = self.settle_at_run_end_fn if at_run else self.settle_at_end_fn
+            after = reader(self._settle_after_run if at_run else self._settle_after, "post-")
+            advice += [(f"around-{event}", around), (f"post-{event}", after)]
+        return advice
+
+    # The boundary is the end of the outermost call *with its post callbacks* (where
+    # values are queued): around advice counts the depth and settles when an
+    # exception leaves; a post callback, after the callback's own, settles a return.
+    # One around method per kind of boundary and of join point (a method's advice
+    # gets the object; a function's does not), so describe() names which.
+
+    def settle_at_run_end(self, obj: Any, proceed: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """The run's own join point: settle when it ends, however it ends."""
+        return self._boundary("fit", obj, proceed, args, kwargs)
+
+    def settle_at_run_end_fn(self, proceed: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return self._boundary("fit", None, proceed, args, kwargs)
+
+    def settle_at_end(self, obj: Any, proceed: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Any join point: settle when the object's outermost call ends."""
+        return self._boundary("outermost", obj, proceed, args, kwargs)
+
+    def settle_at_end_fn(self, proceed: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return self._boundary("outermost", None, proceed, args, kwargs)
+
+    def _boundary(self, where: str, obj: Any, proceed: Callable[..., Any], args: tuple[Any, ...],
+                  kwargs: dict[str, Any]) -> Any:
+        depth = self._depth
+        key = id(obj)
+        outer = depth.get(key, 0)
+        depth[key] = outer + 1
+        try:
+            return proceed(*args, **kwargs)
+        except Exception as exc:
+            if not outer:
+                del depth[key]
+                self.settle(obj, Ending(where, exc))
+            raise
+        finally:
+            if outer:
+                depth[key] = outer
+            else:
+                depth.pop(key, None)
+
+    def _settle_after_run(self, obj: Any) -> None:
+        if not self._depth.get(id(obj)):
+            self.settle(obj, Ending("fit"))
+
+    def _settle_after(self, obj: Any) -> None:
+        if not self._depth.get(id(obj)) and not _script_depth:  # inside a script, its end will come
+            self.settle(obj, Ending("outermost"))
+
+
+def track_deferring(cb: Defers) -> None:
+    """Settle ``cb`` at the process-wide boundaries (a script's end, exit) even before
+    it is attached: a logger other callbacks log into may never be."""
+    with _lock:
+        _DEFERRING.add(cb)
+
+
+def deferring_callbacks() -> list[Defers]:
+    """The deferring callbacks attached anywhere in this process (alive)."""
+    with _lock:
+        return list(_DEFERRING)
+
+
+def settle_attached(obj: Any, ending: Ending) -> None:
+    """Settle the deferring callbacks attached to ``obj`` (any tier)."""
+    seen: dict[int, Defers] = {}
+    for entries in describe(obj).chains.values():
+        for entry in entries:
+            owner = getattr(entry.fn, "__self__", None)
+            if isinstance(owner, Defers):
+                seen.setdefault(id(owner), owner)
+    for cb in seen.values():
+        cb.settle(obj, ending)
+
+
+def settle_all(ending: Ending) -> list[tuple[Defers, BaseException]]:
+    """Settle every deferring callback of the process (a ``hookwrap run`` script
+    ended, the interpreter exits). Each is settled even when another raised; the
+    errors are returned, in order, for the caller to raise or report."""
+    errors: list[tuple[Defers, BaseException]] = []
+    for cb in deferring_callbacks():
+        try:
+            cb.settle(None, ending)
+        except Exception as exc:  # noqa: BLE001 - every callback gets its turn
+            errors.append((cb, exc))
+    return errors
+
+
+@contextlib.contextmanager
+def boundary() -> Iterator[None]:
+    """A block whose end is a boundary that will come: ``hookwrap run`` runs a
+    script in one, and a loop of plain functions may run in one too (``with
+    boundary(): for batch in data: step(batch)``). Outermost join point calls
+    inside it that return defer to its end (NanGuard still reads every
+    ``check_every`` checks), where every deferring callback is settled. An error a
+    callback raises there propagates (the first; the others as notes), unless the
+    block is already leaving by an exception, which then goes on."""
+    global _script_depth
+    with _lock:
+        _script_depth += 1
+    leaving: BaseException | None = None
+    try:
+        yield
+    except SystemExit as exc:
+        leaving = None if exc.code in (None, 0) else exc  # sys.exit(0): a normal end
+        raise
+    except BaseException as exc:
+        leaving = exc
+        raise
+    finally:
+        with _lock:
+            _script_depth -= 1
+        errors = settle_all(Ending("script", leaving))
+        if errors and leaving is None:
+            first = errors[0][1]
+            for cb, other in errors[1:]:
+                first.add_note(f"hookwrap: also, {type(cb).__name__}: {type(other).__name__}: {other}")
+            raise first
+        for cb, error in errors:
+            print(f"hookwrap: {type(cb).__name__} at the end of the script: {type(error).__name__}: {error}",
+                  file=sys.stderr)
+
+
+def _at_exit() -> None:
+    """Interpreter exit: settle what is still held, and say so on stderr."""
+    held = [(cb, cb.pending()) for cb in deferring_callbacks()]
+    held = [(cb, what) for cb, what in held if what]
+    errors = settle_all(Ending("exit"))
+    for cb, what in held:
+        print(f"hookwrap: at interpreter exit, {getattr(cb, 'state_key', type(cb).__name__)} still held "
+              f"{what}, delivered now: the loop it was attached to never returned from a join point "
+              f"hookwrap could settle at (see 'Nothing lost' in the shipped callbacks guide).",
+              file=sys.stderr)
+    for cb, exc in errors:
+        print(f"hookwrap: at interpreter exit, {getattr(cb, 'state_key', type(cb).__name__)} found: "
+              f"{type(exc).__name__}: {exc}", file=sys.stderr)
+
+
+atexit.register(_at_exit)
