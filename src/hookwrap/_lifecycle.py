@@ -87,6 +87,7 @@ class Defers:
     (a NaN found at the end of ``fit`` raises there)."""
 
     run_event: Any = "fit"
+    _settled_for = 0  # id() of the error a boundary settled on last
     """The join point of a whole run: where the target has it, its end is the
     boundary; elsewhere the outermost call of each join point is."""
 
@@ -148,6 +149,8 @@ class Defers:
                 around = self.settle_at_run_end_fn if at_run else self.settle_at_end_fn
             after = reader(self._settle_after_run if at_run else self._settle_after, "post-")
             advice += [(f"around-{event}", around), (f"post-{event}", after)]
+            if at_run:  # once a run: a post callback of the run's own raising is seen too
+                advice.append((f"error-{event}", reader(self._settle_after_failed_run, "error-", "exception")))
         return advice
 
     # The boundary is the end of the outermost call *with its post callbacks* (where
@@ -181,6 +184,8 @@ class Defers:
         except Exception as exc:
             if not outer:
                 del depth[key]
+                self._settled_for = id(exc)  # the run's error callback then sees it settled (an id:
+                # the exception would keep its frames alive)
                 self.settle(obj, Ending(where, exc))
             raise
         finally:
@@ -192,6 +197,10 @@ class Defers:
     def _settle_after_run(self, obj: Any) -> None:
         if not self._depth.get(id(obj)):
             self.settle(obj, Ending("fit"))
+
+    def _settle_after_failed_run(self, obj: Any, exception: BaseException) -> None:
+        if not self._depth.get(id(obj)) and self._settled_for != id(exception):
+            self.settle(obj, Ending("fit", exception))
 
     def _settle_after(self, obj: Any) -> None:
         if not self._depth.get(id(obj)) and not _script_depth:  # inside a script, its end will come

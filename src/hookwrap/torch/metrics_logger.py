@@ -253,14 +253,14 @@ class MetricsLogger(Defers, CountingCallback):
             self.log("loss", value)
 
     def record_metrics(self, obj: Any, value: Any) -> None:
-        if isinstance(value, Mapping):
-            for name, metric in value.items():
-                self._log_checked(str(name), metric)
-        else:
-            self._log_checked("metric", value)
+        metrics = value if isinstance(value, Mapping) else {"metric": value}
+        for name, metric in metrics.items():  # all checked before any is logged
+            self._check_number(str(name), metric)
+        for name, metric in metrics.items():
+            self.log(str(name), metric)
 
-    def _log_checked(self, name: str, value: Any) -> None:
-        """``log``, refusing what is not one number (ignite's confusion matrix) by name."""
+    def _check_number(self, name: str, value: Any) -> None:
+        """Refuse, by name, a value that is not one number (ignite's confusion matrix)."""
         numel = getattr(value, "numel", None)
         if (callable(numel) and numel() != 1) or \
                 (numel is None and not isinstance(value, (int, float)) and not hasattr(value, "__float__")):
@@ -269,7 +269,6 @@ class MetricsLogger(Defers, CountingCallback):
                 f"MetricsLogger: the metric {name!r} at step {self.step} is {shape}, not one number. Log a "
                 f"number per name (reduce it, or return its scalars under keys of their own), or leave it "
                 f"out of what the {self.events['metrics']!r} join point returns.")
-        self.log(name, value)
 
     def end_of_epoch(self, obj: Any = None) -> None:
         shared().read()  # what is queued (CUDA: the copies done by now)

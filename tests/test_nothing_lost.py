@@ -1,0 +1,539 @@
+"""Nothing lost, never silent (issue 30): every shipped callback that defers
+(MetricsLogger's rows, NanGuard's checks, GradNorm's and Throughput's values
+logged through a MetricsLogger, ProgressBar's bar) delivers what it was given,
+however the run ends (normally, by ``StopTraining``, by another exception, a
+script that just ends, the process exiting), whatever the loop looks like (a
+hookable class with ``fit``, a class woven by hand with no ``fit``/``epoch``,
+plain functions, a module-level script under ``hookwrap run``).
+docs/design/decisions.md, "Deferring callbacks settle at boundaries that always come"."""
+
+from __future__ import annotations
+
+import csv
+import importlib
+import math
+import os
+import subprocess
+import sys
+import textwrap
+import types
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="hookwrap.torch needs torch (the torch extra)")
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+STEPS = 5
+SHAPES = ["fit", "woven", "functions", "script"]
+ENDINGS = ["normal", "stop", "error"]
+
+
+@pytest.fixture
+def ht(hw):
+    return importlib.import_module("hookwrap.torch")
+
+
+def scripted(model: Any, value: float) -> Any:
+    """A loss of exactly ``value`` with a real gradient through ``model``."""
+    out = model(torch.ones(4, 2)).mean()
+    return out - out.detach() + value
+
+
+# --- the loop, in each shape ------------------------------------------------------
+#
+# Each step: loss(value) -> backward(loss), inside step(batch). `losses` scripts the
+# values; `end` is what a test callback does at the last step.
+
+LOOP_BODY = """
+def loss(value):
+    return value
+
+def backward(loss):
+    loss.backward()
+
+def step(batch):
+    value = loss(scripted(model, next(values)))
+    backward(value)
+    optimizer.step()
+    optimizer.zero_grad()
+    return value.detach()
+"""
+
+
+def build(shape: str, hw: Any, tmp_path: Path, losses: list[float]) -> tuple[Any, Callable[[], None], Any]:
+    """(what callbacks attach to, run the whole loop, the model)."""
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    batch = torch.ones(4, 2)
+    if shape == "fit":
+        class Loop(hw.Hookable):
+            def __init__(self) -> None:
+                self.model, self.values = model, iter(losses)
+
+            @hw.hookable
+            def fit(self) -> None:
+                for _ in losses:
+                    self.step(batch)
+
+            @hw.hookable
+            def step(self, batch: Any) -> Any:
+                value = self.loss(scripted(self.model, next(self.values)))
+                self.backward(value)
+                optimizer.step()
+                optimizer.zero_grad()
+                return value.detach()
+
+            @hw.hookable
+            def loss(self, value: Any) -> Any:
+                return value
+
+            @hw.hookable
+            def backward(self, loss: Any) -> None:
+                loss.backward()
+
+        loop = Loop()
+        return loop, loop.fit, model
+    if shape == "woven":  # a class nobody edited: its loop `train` is not a join point
+        class Trainer:
+            def __init__(self) -> None:
+                self.model, self.values = model, iter(losses)
+
+            def train(self) -> None:
+                for _ in losses:
+                    self.step(batch)
+
+            def step(self, batch: Any) -> Any:
+                value = self.loss(scripted(self.model, next(self.values)))
+                self.backward(value)
+                optimizer.step()
+                optimizer.zero_grad()
+                return value.detach()
+
+            def loss(self, value: Any) -> Any:
+                return value
+
+            def backward(self, loss: Any) -> None:
+                loss.backward()
+
+        handle = hw.weave(Trainer, "step", "loss", "backward")
+        trainer = Trainer()
+        build.cleanup.append(handle.remove)  # type: ignore[attr-defined]
+        return trainer, trainer.train, model
+    if shape == "functions":  # hookable functions of a module, called from a plain loop
+        module = types.ModuleType("loop_functions")
+        vars(module).update(model=model, optimizer=optimizer, values=iter(losses), scripted=scripted)
+        exec(LOOP_BODY, vars(module))
+        for name in ("loss", "backward", "step"):
+            setattr(module, name, hw.hookable(getattr(module, name)))
+
+        def run() -> None:
+            for _ in losses:
+                module.step(batch)
+
+        return module, run, model
+    raise AssertionError(shape)
+
+
+build.cleanup = []  # type: ignore[attr-defined]
+
+
+@pytest.fixture(autouse=True)
+def _unweave():
+    yield
+    while build.cleanup:  # type: ignore[attr-defined]
+        build.cleanup.pop()()  # type: ignore[attr-defined]
+
+
+def attach(hw: Any, target: Any, callbacks: list[Any]) -> list[Any]:
+    return [hw.add_callback(target, cb) for cb in callbacks]
+
+
+def ender(hw: Any, target: Any, end: str) -> None:
+    """A test callback ending the run at the last step: StopTraining after its loss
+    (as EarlyStopping would), or an error after its backward."""
+    count = {"loss": 0, "backward": 0}
+
+    def after_loss(*args: Any) -> None:
+        count["loss"] += 1
+        if end == "stop" and count["loss"] == STEPS:
+            raise hw.StopTraining("stopped at the last step")
+
+    def after_backward(*args: Any) -> None:
+        count["backward"] += 1
+        if end == "error" and count["backward"] == STEPS:
+            raise RuntimeError("the device fell over")
+
+    has_obj = not isinstance(target, types.ModuleType)
+    if has_obj:
+        hw.after(target, "loss", lambda self: after_loss())
+        hw.after(target, "backward", lambda self: after_backward())
+    else:
+        hw.after(target.loss, "loss", lambda: after_loss())
+        hw.after(target.backward, "backward", lambda: after_backward())
+
+
+def run_to_end(hw: Any, run: Callable[[], None], end: str) -> BaseException | None:
+    try:
+        run()
+    except (hw.StopTraining, RuntimeError) as exc:
+        assert end != "normal", exc
+        return exc
+    assert end == "normal"
+    return None
+
+
+def rows(path: Path) -> dict[str, list[float]]:
+    by_name: dict[str, list[float]] = {}
+    if path.exists():
+        with open(path, newline="", encoding="utf-8") as f:
+            for row in csv.DictReader(f):
+                by_name.setdefault(row["name"], []).append(float(row["value"]))
+    return by_name
+
+
+# --- MetricsLogger, with GradNorm and Throughput logging into it ------------------------
+
+
+def metric_callbacks(ht: Any, path: Path, model: Any) -> list[Any]:
+    logger = ht.MetricsLogger(path, tensorboard=False, loss_event="loss")
+    grad_norm = ht.GradNorm(model=model, event="backward", logger=logger)
+    throughput = ht.Throughput(every=1, logger=logger, step_event="step")
+    return [logger, grad_norm, throughput]
+
+
+@pytest.mark.parametrize("end", ENDINGS)
+@pytest.mark.parametrize("shape", ["fit", "woven", "functions"])
+def test_metric_rows_all_arrive_however_the_run_ends(hw, ht, tmp_path, shape, end):
+    losses = [float(i + 1) for i in range(STEPS)]
+    target, run, model = build(shape, hw, tmp_path, losses)
+    path = tmp_path / "m.csv"
+    attach(hw, target, metric_callbacks(ht, path, model))
+    ender(hw, target, end)
+    run_to_end(hw, run, end)
+    got = rows(path)
+    assert got["loss"] == losses  # every loss computed, the last one too
+    backwards = STEPS - (end == "stop")  # a stop after the last loss: no backward
+    assert len(got["grad_norm"]) == backwards
+    steps_done = STEPS - (end != "normal")  # the last step did not return
+    assert len(got["samples_per_sec"]) == steps_done
+
+
+@pytest.mark.parametrize("end", ENDINGS)
+@pytest.mark.parametrize("shape", ["fit", "woven", "functions"])
+def test_a_nan_in_the_last_step_is_reported_however_the_run_ends(hw, ht, tmp_path, shape, end):
+    losses = [1.0] * (STEPS - 1) + [math.nan]  # fewer checks than check_every, the last one bad
+    target, run, _ = build(shape, hw, tmp_path, losses)
+    guard = ht.NanGuard(events="loss", check_every=20)
+    attach(hw, target, [guard])
+    ender(hw, target, end)
+    with pytest.raises(BaseException) as raised:
+        run()
+    exc = raised.value
+    if end == "error":  # the run's own error goes on, the NaN noted on it
+        assert isinstance(exc, RuntimeError)
+        assert any("NanGuard: before this error" in note and "nan" in note for note in exc.__notes__)
+    else:  # it ended normally or by a stop: the NaN ends it instead
+        assert isinstance(exc, ht.NonFiniteError), exc
+        assert "returned nan" in str(exc) or "was nan" in str(exc)
+
+
+@pytest.mark.parametrize("end", ENDINGS)
+def test_the_progress_bar_closes_with_the_last_loss_however_fit_ends(hw, ht, tmp_path, end):
+    import io
+
+    class Loop(hw.Hookable):
+        @hw.hookable
+        def fit(self) -> None:
+            self.epoch()
+
+        @hw.hookable
+        def epoch(self) -> None:
+            for i in range(STEPS):
+                self.step(i)
+
+        @hw.hookable
+        def step(self, i: int) -> None:
+            self.loss(torch.tensor(float(i + 1)))
+            if end == "error" and i == STEPS - 1:
+                raise RuntimeError("boom")
+
+        @hw.hookable
+        def loss(self, value: Any) -> Any:
+            return value
+
+    loop, stream = Loop(), io.StringIO()
+    bar = ht.ProgressBar(total=STEPS, file=stream, postfix_every=1, mininterval=0)
+    loop.add_callback(bar)
+    if end == "stop":
+        loop.after("loss", lambda self, return_value: (_ for _ in ()).throw(hw.StopTraining("now"))
+                   if float(return_value) == STEPS else return_value)
+    try:
+        loop.fit()
+    except (hw.StopTraining, RuntimeError):
+        assert end != "normal"
+    assert bar.bar is None  # closed, with the last loss read
+    assert f"loss={float(STEPS):.4f}" in stream.getvalue()
+
+
+# --- a module-level script under `hookwrap run`, and the process exiting -------------------
+
+SCRIPT = """
+import math, sys, torch
+
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+values = iter([float(v) for v in sys.argv[2].split(",")])
+
+def scripted(model, value):
+    out = model(torch.ones(4, 2)).mean()
+    return out - out.detach() + value
+""" + LOOP_BODY + """
+for i in range({steps}):
+    print("loss", float(step(torch.ones(4, 2))))
+    if sys.argv[1] == "exit" and i == {steps} - 1:
+        sys.exit(3)
+    if sys.argv[1] == "error" and i == {steps} - 1:
+        raise RuntimeError("the device fell over")
+"""
+
+
+def _script(tmp_path: Path) -> Path:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.format(steps=STEPS))
+    return script
+
+
+@pytest.mark.parametrize("end", ["normal", "error"])
+def test_a_script_under_hookwrap_run_logs_every_loss_it_prints(hw, tmp_path, capsys, end):
+    runner = importlib.import_module("hookwrap._script_runner")
+    csv_path = tmp_path / "m.csv"
+    losses = [0.5 * (i + 1) for i in range(STEPS)]
+    status = runner.run(str(_script(tmp_path)), [end, ",".join(map(str, losses))],
+                        weaves=["__main__:loss", "__main__:step"],
+                        callbacks=[f"MetricsLogger({str(csv_path)!r}, tensorboard=False)"])
+    printed = [float(line.split()[1]) for line in capsys.readouterr().out.splitlines() if line.startswith("loss")]
+    assert status == (0 if end == "normal" else 1)
+    assert printed == losses and rows(csv_path)["loss"] == printed
+
+
+def test_a_script_under_hookwrap_run_reports_a_nan_in_its_last_step(hw, tmp_path, capsys):
+    runner = importlib.import_module("hookwrap._script_runner")
+    losses = [1.0] * (STEPS - 1) + [math.nan]
+    status = runner.run(str(_script(tmp_path)), ["normal", ",".join(map(str, losses))],
+                        weaves=["__main__:loss", "__main__:step"], callbacks=["NanGuard(events='loss')"])
+    assert status == 1
+    assert f"NonFiniteError: NanGuard: event 'post-loss' returned nan" in capsys.readouterr().err
+
+
+def test_the_process_exiting_inside_a_run_delivers_and_says_so(hw, tmp_path):
+    """``sys.exit`` inside the outermost call (no boundary is reached by it): what
+    was queued is delivered at interpreter exit, and reported on stderr."""
+    script = tmp_path / "exits.py"
+    csv_path = tmp_path / "m.csv"
+    script.write_text(textwrap.dedent(f"""
+        import sys, torch, hookwrap as hw
+        from hookwrap.torch import MetricsLogger
+
+        class Loop(hw.Hookable):
+            @hw.hookable
+            def train(self):
+                for i in range({STEPS}):
+                    self.loss(torch.tensor(float(i + 1)))
+                sys.exit(3)  # inside train: its end never comes
+
+            @hw.hookable
+            def loss(self, value):
+                return value
+
+        loop = Loop()
+        loop.add_callback(MetricsLogger({str(csv_path)!r}, tensorboard=False))
+        loop.train()
+    """))
+    env = dict(os.environ, HOOKWRAP_NO_EXTENSIONS="" if hw.USING_EXTENSION else "1")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 3, done.stderr
+    assert rows(csv_path)["loss"] == [float(i + 1) for i in range(STEPS)]
+    assert f"still held {STEPS} metric rows, delivered now" in done.stderr
+
+
+# --- a stop lets the other callbacks of its event run first --------------------------
+
+
+@pytest.mark.parametrize("path", ["fast", "general"])
+def test_a_stop_runs_the_events_other_callbacks_first_in_any_order(hw, path):
+    """docs/design/decisions.md: what is saved or logged does not depend on the order
+    callbacks were attached in. ``general``: an error callback puts the chain on the
+    general path (``_policy.run_steps``); ``fast`` is the compiled or generated runner."""
+    seen: list[str] = []
+
+    class Loop(hw.Hookable):
+        @hw.hookable
+        def evaluate(self, score: float) -> float:
+            return score
+
+    loop = Loop()
+
+    def stop_pre(self: Any, score: float) -> float:
+        seen.append("stop-pre")
+        raise hw.StopTraining("pre")
+
+    loop.before("evaluate", stop_pre)
+    loop.before("evaluate", lambda self, score: seen.append("pre") and None or score)
+    loop.after("evaluate", lambda self, return_value: seen.append("post") and None or return_value)
+    if path == "general":
+        loop.on_error("evaluate", lambda self: None)
+    with pytest.raises(hw.StopTraining, match="pre"):
+        loop.evaluate(1.0)
+    assert seen == ["stop-pre", "pre"]  # the other pre callback ran; the function did not
+
+    seen.clear()
+    loop2 = Loop()
+    stops = []
+
+    def stopper(self: Any, return_value: float) -> float:
+        stops.append(return_value)
+        raise hw.StopTraining(f"first {len(stops)}")
+
+    loop2.after("evaluate", stopper)
+    loop2.after("evaluate", lambda self, return_value: seen.append(f"log {return_value}") and None or return_value)
+    loop2.after("evaluate", stopper)  # a second stop: the first is the one raised
+    if path == "general":
+        loop2.on_error("evaluate", lambda self: None)
+    with pytest.raises(hw.StopTraining, match="first 1") as raised:
+        loop2.evaluate(2.0)
+    assert seen == ["log 2.0"] and stops == [2.0, 2.0]
+    assert any("stopper" in note for note in raised.value.__notes__)
+
+
+def test_a_stop_in_a_custom_event_lets_the_other_listeners_run(hw):
+    heard: list[str] = []
+
+    class Fabric(hw.Hookable):
+        emits = ("on_validation_end",)
+
+    fabric = Fabric()
+
+    def stop(self: Any, metrics: dict[str, float]) -> None:
+        raise hw.StopTraining("enough")
+
+    fabric.on("on_validation_end", stop)
+    fabric.on("on_validation_end", lambda self, metrics: heard.append(str(metrics)) and None)
+    with pytest.raises(hw.StopTraining, match="enough"):
+        fabric.emit("on_validation_end", metrics={"val_loss": 1.0})
+    assert heard == ["{'val_loss': 1.0}"]
+
+
+def test_a_stop_on_an_async_join_point_lets_the_other_callbacks_run(hw):
+    import asyncio
+
+    heard: list[float] = []
+
+    class Loop(hw.Hookable):
+        @hw.hookable
+        async def evaluate(self) -> float:
+            return 0.5
+
+    loop = Loop()
+
+    def stop(self: Any, return_value: float) -> float:
+        raise hw.StopTraining("enough")
+
+    loop.after("evaluate", stop)
+    loop.after("evaluate", lambda self, return_value: heard.append(return_value) and None or return_value)
+    with pytest.raises(hw.StopTraining):
+        asyncio.run(loop.evaluate())
+    assert heard == [0.5]
+
+
+@pytest.mark.parametrize("first", ["early_stopping", "others"])
+def test_early_stopping_attached_first_costs_the_best_checkpoint_and_the_log_nothing(hw, ht, tmp_path, first):
+    """The issue's run: EarlyStopping stops on the evaluation that is also the best;
+    BestCheckpoint saves it and MetricsLogger logs it whichever was attached first."""
+    scores = [3.3, 3.1933, 3.25, 3.1506]  # patience 2 (min_delta 0.05): stops on the 4th, the best
+
+    class Loop(hw.Hookable):
+        def __init__(self) -> None:
+            self.model = torch.nn.Linear(2, 1)
+            self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+        @hw.hookable
+        def fit(self) -> None:
+            try:
+                for score in scores:
+                    self.evaluate(score)
+            except hw.StopTraining:
+                pass
+
+        @hw.hookable
+        def evaluate(self, score: float) -> dict[str, float]:
+            return {"val_loss": score}
+
+    loop = Loop()
+    stopper = ht.EarlyStopping("val_loss", patience=2, min_delta=0.05)
+    best = ht.BestCheckpoint(tmp_path / "best.pt", monitor="val_loss")
+    logger = ht.MetricsLogger(tmp_path / "m.csv", tensorboard=False)
+    order = [stopper, best, logger] if first == "early_stopping" else [best, logger, stopper]
+    for cb in order:
+        loop.add_callback(cb)
+    loop.fit()
+    assert best.best.value == pytest.approx(3.1506)
+    assert rows(tmp_path / "m.csv")["val_loss"] == scores
+
+
+# --- refused where it can never work; what the lifecycle shows -------------------------
+
+
+def test_metrics_logger_on_a_target_with_nothing_to_log_is_refused(hw, ht, tmp_path):
+    class OnlyFit(hw.Hookable):
+        @hw.hookable
+        def fit(self) -> None:
+            pass
+
+    with pytest.raises(hw.HookError, match="none of the join points it logs.*loss_event='loss'"):
+        OnlyFit().add_callback(ht.MetricsLogger(tmp_path / "m.csv", tensorboard=False))
+
+
+def test_a_metric_that_is_not_one_number_is_refused_naming_its_key(hw, ht, tmp_path):
+    class Loop(hw.Hookable):
+        @hw.hookable
+        def evaluate(self) -> dict[str, Any]:
+            return {"accuracy": torch.tensor(0.5), "confusion": torch.eye(2)}
+
+    loop = Loop()
+    loop.add_callback(ht.MetricsLogger(tmp_path / "m.csv", tensorboard=False))
+    with pytest.raises(hw.HookError, match=r"the metric 'confusion' at step 0 is a tensor of shape \(2, 2\)"):
+        loop.evaluate()
+    assert "accuracy" not in rows(tmp_path / "m.csv")  # refused whole: none of that evaluation half-logged
+
+
+def test_callback_state_settles_the_checks_still_queued(hw, ht):
+    """A manual save mid-run (the resuming guide's) would drop a queued NaN check
+    with the process; it is decided when the state is taken."""
+    from hookwrap.extend import boundary
+
+    class Loop(hw.Hookable):
+        @hw.hookable
+        def loss(self, value: Any) -> Any:
+            return value
+
+    loop = Loop()
+    loop.add_callback(ht.NanGuard(events="loss"))
+    with boundary():  # calls that defer (a script's)
+        loop.loss(torch.tensor(1.0))
+        loop.loss(torch.tensor(math.nan))
+        with pytest.raises(ht.NonFiniteError, match="returned nan"):
+            hw.callback_state(loop)
+
+
+def test_describe_shows_where_a_deferring_callback_settles(hw, ht, tmp_path):
+    target, _, model = build("woven", hw, tmp_path, [1.0])
+    hw.add_callback(target, ht.MetricsLogger(tmp_path / "m.csv", tensorboard=False, loss_event="loss"))
+    text = str(hw.describe(target, "step"))
+    assert "settle_at_end" in text  # no fit: the end of each outermost call
+
+    fit_loop, _, _ = build("fit", hw, tmp_path, [1.0])
+    fit_loop.add_callback(ht.MetricsLogger(tmp_path / "n.csv", tensorboard=False))
+    assert "settle_at_run_end" in str(hw.describe(fit_loop, "fit"))
+    assert "settle" not in str(hw.describe(fit_loop, "step"))  # nothing added per step
