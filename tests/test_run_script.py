@@ -168,6 +168,34 @@ def test_argv_main_path_pickling_and_exit_codes(hw, tmp_path, capsys):
     assert "script_runner" not in err and "probe.py\", line 10, in <module>" in err
 
 
+@pytest.mark.parametrize("args", [["--", "-x", "a"], ["-x", "a"], ["a", "--", "b"], ["--", "--"], ["--"],
+                                  ["--epochs", "2", "--", "x"], ["--help"], []])
+def test_the_command_line_gives_the_script_the_argv_python_gives_it(hw, tmp_path, capsys, args):
+    # argparse took a `--` right after the script as its own: `-- -x a` reached it as ['-x', 'a'].
+    probe = _script(tmp_path, """
+        import sys
+        def show():
+            print(sys.argv[1:])
+        show()
+    """)
+    alone = subprocess.run([sys.executable, str(probe), *args], capture_output=True, text=True, timeout=60)
+    main = importlib.import_module("hookwrap.__main__").main
+    assert main(["run", str(probe), *args]) == 0
+    assert capsys.readouterr().out == alone.stdout == f"{args}\n"
+    # hookwrap's own options end at the script, or at a `--` before it.
+    assert main(["run", "--weave", "__main__:show", "--", str(probe), *args]) == 0
+    assert capsys.readouterr().out == alone.stdout
+
+
+def test_the_command_line_without_a_script_is_refused(hw, capsys):
+    main = importlib.import_module("hookwrap.__main__").main
+    for argv in (["run"], ["run", "--"], ["run", "--callback", "StepTimer()"]):
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        assert exited.value.code == 2
+        assert "the following arguments are required: script" in capsys.readouterr().err
+
+
 def test_a_module_beside_the_script_and_the_script_by_its_module_name(hw, tmp_path, capsys):
     (tmp_path / "helper.py").write_text("def double(x):\n    return 2 * x\n")
     probe = _script(tmp_path, """
