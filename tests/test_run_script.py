@@ -214,6 +214,140 @@ def test_a_module_beside_the_script_and_the_script_by_its_module_name(hw, tmp_pa
     del sys.modules["helper"]
 
 
+COMPOUND_DEFINITIONS = {
+    "if": """
+        if True:
+            def step():
+                return "if"
+    """,
+    "elif-else": """
+        if False:
+            pass
+        elif len("a") == 2:
+            pass
+        else:
+            def step():
+                return "else"
+    """,
+    "try-except": """
+        try:
+            from no_such_module_xyz import step
+        except ImportError:
+            def step():
+                return "except"
+    """,
+    "try-else-finally": """
+        try:
+            pass
+        except ImportError:
+            pass
+        else:
+            def step():
+                return "else"
+        finally:
+            pass
+    """,
+    "finally": """
+        try:
+            pass
+        finally:
+            def step():
+                return "finally"
+    """,
+    "with": """
+        import contextlib
+        with contextlib.nullcontext():
+            def step():
+                return "with"
+    """,
+    "for": """
+        for _ in range(1):
+            def step():
+                return "for"
+    """,
+    "while": """
+        while True:
+            def step():
+                return "while"
+            break
+    """,
+    "nested": """
+        if True:
+            try:
+                import no_such_module_xyz
+            except ImportError:
+                with open(__file__):
+                    def step():
+                        return "nested"
+    """,
+}
+
+
+@pytest.mark.parametrize("form", list(COMPOUND_DEFINITIONS))
+def test_a_function_the_script_defines_inside_a_top_level_compound_statement_is_woven(hw, tmp_path, capsys, form):
+    # "never defines 'step'": only the top-level statements themselves were read.
+    probe = _script(tmp_path, textwrap.dedent(COMPOUND_DEFINITIONS[form]) + "print(step())\n")
+    seen: list[str] = []
+    status = _runner(hw).run(str(probe), [], weaves=["__main__:step"],
+                             callbacks=[("post-step", lambda return_value: seen.append(return_value) or return_value)])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    assert seen == [captured.out.strip()] and seen[0] in form
+
+
+def test_a_function_defined_in_the_main_block_is_woven_before_the_block_calls_it(hw, tmp_path, capsys):
+    probe = _script(tmp_path, """
+        import sys
+        if __name__ == "__main__":
+            def step(i):
+                return i * 10
+            for i in range(3):
+                step(i)
+            sys.exit(0)
+    """)
+    seen: list[int] = []
+    status = _runner(hw).run(str(probe), [], weaves=["__main__:step"],
+                             callbacks=[("post-step", lambda return_value: seen.append(return_value) or return_value)])
+    assert status == 0, capsys.readouterr().err
+    assert seen == [0, 10, 20]
+
+
+def test_a_function_a_loop_defines_anew_each_time_is_woven_each_time(hw, tmp_path, capsys):
+    probe = _script(tmp_path, """
+        for scale in (1, 2):
+            class Trainer:
+                def step(self, i):
+                    return i * scale
+            def run(i):
+                return Trainer().step(i)
+            run(3)
+        run(4)
+    """)
+    seen: list[Any] = []
+    status = _runner(hw).run(str(probe), [], weaves=["__main__:run", "__main__:Trainer.step"], callbacks=[
+        ("post-run", lambda return_value: seen.append(("run", return_value)) or return_value),
+        ("post-step", lambda self, return_value: seen.append(("step", return_value)) or return_value)])
+    assert status == 0, capsys.readouterr().err
+    assert seen == [("step", 3), ("run", 3), ("step", 6), ("run", 6), ("step", 8), ("run", 8)]
+
+
+def test_a_branch_that_defines_the_woven_name_and_does_not_run_exits_2(hw, tmp_path, capsys):
+    probe = _script(tmp_path, """
+        print("start")
+        if len("a") == 2:
+            def step():
+                pass
+        print("never")
+    """)
+    assert _runner(hw).run(str(probe), [], weaves=["__main__:step"], callbacks=[("post-step", lambda: None)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "start\n"
+    assert captured.err == (
+        "hookwrap run: --weave '__main__:step': probe.py did not define 'step' on this run: the branch of its "
+        "top-level statement that defines it did not run. Weave a name the script defines whichever way it "
+        "runs, or run it so that it defines 'step'.\n")
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"presets": ["torch_optimm"]},
      "--preset 'torch_optimm': no such preset. Did you mean 'torch_optim'? Presets: accelerate, ignite, lightning, torch_optim, transformers."),
