@@ -376,6 +376,77 @@ def test_bad_input_exits_2_naming_it_and_the_fix(hw, capsys, kwargs, message):
     assert _state() == before
 
 
+def _stepping_script(tmp_path: Path) -> Path:
+    return _script(tmp_path, """
+        def step():
+            return 1
+        step()
+    """)
+
+
+def test_a_callback_whose_module_fails_to_import_reports_that_import_error(hw, tmp_path, capsys):
+    # It said "NameError: name 'brokencb' is not defined": the module was never imported.
+    (tmp_path / "brokencb.py").write_text("import hookwrap\nimport no_such_dependency_xyz\n")
+    probe = _stepping_script(tmp_path)
+    assert _runner(hw).run(str(probe), [], weaves=["__main__:step"], callbacks=["brokencb.Counter()"]) == 2
+    assert capsys.readouterr().err == (
+        "hookwrap run: --callback 'brokencb.Counter()': importing 'brokencb' failed: ModuleNotFoundError: "
+        "No module named 'no_such_dependency_xyz' (brokencb.py, line 2). Install what provides "
+        "'no_such_dependency_xyz', then run again.\n")
+    assert "brokencb" not in sys.modules
+
+
+def test_a_callback_of_a_module_the_expression_names_is_imported(hw, tmp_path, capsys):
+    (tmp_path / "callbacks_xyz").mkdir()
+    (tmp_path / "callbacks_xyz" / "__init__.py").write_text("")
+    (tmp_path / "callbacks_xyz" / "counting.py").write_text(textwrap.dedent("""
+        import hookwrap
+        class Counter(hookwrap.Callback):
+            def post_step(self, return_value):
+                print("counted", return_value)
+                return return_value
+    """))
+    probe = _stepping_script(tmp_path)
+    try:
+        assert _runner(hw).run(str(probe), [], weaves=["__main__:step"],
+                               callbacks=["callbacks_xyz.counting.Counter()"]) == 0, capsys.readouterr().err
+        assert capsys.readouterr().out == "counted 1\n"
+    finally:
+        for name in ("callbacks_xyz", "callbacks_xyz.counting"):
+            sys.modules.pop(name, None)
+
+
+def test_an_undefined_name_says_to_write_it_with_its_module(hw, tmp_path, capsys):
+    assert _runner(hw).run(str(_stepping_script(tmp_path)), [], weaves=["__main__:step"],
+                           callbacks=["Saver()"]) == 2
+    assert ("hookwrap run: --callback 'Saver()': NameError: name 'Saver' is not defined. A name of another "
+            "module: write it with its module (mypackage.callbacks.Saver(...)), which hookwrap run imports. "
+            "Give a Python expression making a callback, with these names in scope: ") in capsys.readouterr().err
+
+
+def test_shipped_names_when_hookwrap_torch_fails_to_import_report_that_import_error(hw, tmp_path, capsys, monkeypatch):
+    # It said "NameError: name 'MetricsLogger' is not defined": the failed import was dropped.
+    shipped = [name for name in sys.modules if name == "hookwrap.torch" or name.startswith("hookwrap.torch.")]
+    for name in shipped:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "hookwrap.torch.metrics_logger", None)  # an import inside fails
+    monkeypatch.delattr(hw, "torch", raising=False)
+    probe = _stepping_script(tmp_path)
+    try:
+        for expr, lead in [('MetricsLogger("m.csv")', "name 'MetricsLogger' is not defined, as hookwrap.torch, "
+                                                       "whose names --callback has in scope, did not import: "),
+                           ('hookwrap.torch.MetricsLogger("m.csv")', ""), ('hw.torch.MetricsLogger("m.csv")', "")]:
+            assert _runner(hw).run(str(probe), [], weaves=["__main__:step"], callbacks=[expr]) == 2
+            err = capsys.readouterr().err
+            assert err.startswith(
+                f"hookwrap run: --callback {expr!r}: {lead}importing 'hookwrap.torch' failed: ModuleNotFoundError: "
+                f"import of hookwrap.torch.metrics_logger halted; None in sys.modules (torch/__init__.py, line "), err
+            assert err.endswith("). Install what provides 'hookwrap.torch.metrics_logger', then run again.\n"), err
+    finally:
+        for name in [n for n in sys.modules if n.startswith("hookwrap.torch") and n not in shipped]:
+            del sys.modules[name]  # what the failed import left; the shipped ones come back
+
+
 def test_a_missing_script_exits_2(hw, tmp_path, capsys):
     assert _runner(hw).run(str(tmp_path / "nope.py"), []) == 2
     assert "no such file" in capsys.readouterr().err

@@ -44,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
                           "named EVENT if given; __main__:NAME is the script's own")
     run.add_argument("--callback", action="append", default=[], metavar="EXPR",
                      help="a Python expression making a callback, with hw and hookwrap.torch's names in scope "
-                          "(\"NanGuard(events='loss')\"); registered on the global tier")
+                          "(\"NanGuard(events='loss')\"), and the modules it names imported "
+                          "(\"mypackage.callbacks.Saver()\"); registered on the global tier")
     # One REMAINDER for the script and its arguments: argparse hands it what follows
     # the script as written. A positional `script` of its own would take a `--` right
     # after it as its own end-of-options mark, and the script would never see it

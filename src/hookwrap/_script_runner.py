@@ -26,7 +26,8 @@ codes; an uncaught exception prints its traceback and exits 1).
   the attribute's name.
 
 ``--callback EXPR`` is evaluated with ``hw`` (hookwrap) and every name of
-``hookwrap.torch`` in scope, and registered on the global tier once every weave
+``hookwrap.torch`` in scope, and the modules it names imported
+(``mypackage.callbacks.Saver()``; an import that fails is reported as itself), and registered on the global tier once every weave
 has been applied (before the script runs, or when the script has defined the
 last of its own targets). Bad input exits with status 2 and a message naming it
 and the fix, before the script runs wherever that can be known.
@@ -41,6 +42,7 @@ import importlib.util
 import os
 import re
 import sys
+import traceback
 from dataclasses import dataclass, field
 from types import CodeType, ModuleType, TracebackType
 from typing import Any, Sequence
@@ -249,24 +251,23 @@ class Runner:
             raise BadInput(f"{PROG}: callback {expr!r} is not a hookwrap.Callback or an ('event', fn) pair.")
 
         scope: dict[str, Any] = {"hw": hookwrap, "hookwrap": hookwrap}
+        shipped_error: Exception | None = None
         try:
             import hookwrap.torch as shipped
 
             scope.update((name, getattr(shipped, name)) for name in shipped.__all__)
-        except ImportError:
-            pass  # without torch: only hw.* and the user's own expressions
+        except ImportError as exc:  # without torch: hw.* and modules; named if a name is missing
+            shipped_error = exc
+        filename = f"--callback {expr}"
         try:
-            value = eval(compile(expr, f"--callback {expr}", "eval"), scope)  # noqa: S307 - the user's own
+            tree = ast.parse(expr, filename, mode="eval")
+        except SyntaxError as exc:
+            raise _bad_expression(expr, exc, scope, None) from None
+        _import_modules(expr, tree, scope)
+        try:
+            value = eval(compile(tree, filename, "eval"), scope)  # noqa: S307 - the user's own
         except Exception as exc:
-            names = sorted(n for n in scope if not n.startswith("_"))
-            hint = ""
-            if isinstance(exc, NameError) and exc.name:
-                hint = closest(exc.name, names)
-            raise BadInput(
-                f"{PROG}: --callback {expr!r}: {type(exc).__name__}: {str(exc).rstrip('.')}.{hint} Give a Python expression "
-                f"making a callback, with these names in scope: {', '.join(names)} "
-                f"(--callback \"NanGuard(events='loss')\")."
-            ) from None
+            raise _bad_expression(expr, exc, scope, shipped_error) from None
         if isinstance(value, type) and issubclass(value, Callback):
             try:
                 value = value()
@@ -347,6 +348,89 @@ class Runner:
                 lines.append(f"{PROG}: {type(cb).__name__}: {count} steps, median "
                              f"{median() * 1e3:.3f} ms, mean {cb.mean() * 1e3:.3f} ms")
         return lines
+
+
+def _bad_expression(expr: str, exc: Exception, scope: dict[str, Any], shipped_error: Exception | None) -> BadInput:
+    names = sorted(n for n in scope if not n.startswith("_"))
+    if isinstance(exc, NameError) and exc.name and shipped_error is not None:
+        # Its names were never put in scope: the import that failed is the error.
+        return _import_failed(expr, "hookwrap.torch", shipped_error,
+                              f"name {exc.name!r} is not defined, as hookwrap.torch, whose names --callback "
+                              f"has in scope, did not import: ")
+    hint = ""
+    if isinstance(exc, NameError) and exc.name:
+        hint = (f"{closest(exc.name, names)} A name of another module: write it with its module "
+                f"(mypackage.callbacks.{exc.name}(...)), which hookwrap run imports.")
+    return BadInput(
+        f"{PROG}: --callback {expr!r}: {type(exc).__name__}: {str(exc).rstrip('.')}.{hint} Give a Python "
+        f"expression making a callback, with these names in scope: {', '.join(names)} "
+        f"(--callback \"NanGuard(events='loss')\")."
+    )
+
+
+def _import_failed(expr: str, module: str, exc: BaseException, lead: str = "") -> BadInput:
+    """The error of an import the expression needs, as itself: its module, its
+    message, and where it was raised."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<frozen")]
+    where = ""
+    if frames:
+        file = os.path.basename(frames[-1].filename)
+        if file == "__init__.py":  # say whose
+            file = f"{os.path.basename(os.path.dirname(frames[-1].filename))}/{file}"
+        where = f" ({file}, line {frames[-1].lineno})"
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        extra = " (hookwrap.torch needs torch: pip install 'hookwrap[torch]')" if exc.name == "torch" else ""
+        fix = f"Install what provides {exc.name!r}{extra}, then run again."
+    else:
+        fix = f"Fix the import it makes, then run again."
+    return BadInput(f"{PROG}: --callback {expr!r}: {lead}importing {module!r} failed: "
+                    f"{type(exc).__name__}: {str(exc).rstrip('.')}{where}. {fix}")
+
+
+def _dotted(node: ast.AST) -> list[str] | None:
+    """``a.b.c`` -> ['a', 'b', 'c']; None for anything but a name and its attributes."""
+    if isinstance(node, ast.Name):
+        return [node.id]
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return None if base is None else [*base, node.attr]
+    return None
+
+
+def _import_modules(expr: str, tree: ast.Expression, scope: dict[str, Any]) -> None:
+    """Import the modules the expression names (``mypackage.callbacks.Saver()``,
+    ``hookwrap.integrations.x``), each part as far as it is a module; put a top-level
+    one in scope. An import that fails inside the module is the error, as itself."""
+    import builtins
+
+    chains = {tuple(chain) for node in ast.walk(tree) if (chain := _dotted(node)) is not None}
+    # A lambda's parameters and a comprehension's variables are the expression's own.
+    own = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
+    own |= {arg.arg for node in ast.walk(tree) if isinstance(node, ast.arguments)
+            for arg in (*node.posonlyargs, *node.args, *node.kwonlyargs, node.vararg, node.kwarg) if arg}
+    for root, *rest in sorted(chains, key=len, reverse=True):
+        if root in own:
+            continue
+        if root in scope:
+            if not isinstance(scope[root], ModuleType):
+                continue
+            parts, first = scope[root].__name__.split("."), 1  # the module itself is imported
+        elif hasattr(builtins, root):
+            continue
+        else:
+            parts, first = [root], 0
+        names = [".".join(parts + rest[:k]) for k in range(first, len(rest) + 1)]
+        for name in names:  # a.b before a.b.c: a failing import is named as itself
+            try:
+                importlib.import_module(name)
+            except ModuleNotFoundError as exc:
+                if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
+                    break  # not a module: an attribute, or a name the expression lacks
+                raise _import_failed(expr, name, exc) from None
+            except Exception as exc:  # noqa: BLE001 - the module's own error, shown as itself
+                raise _import_failed(expr, name, exc) from None
+            if root not in scope:
+                scope[root] = sys.modules[root]
 
 
 def _top_level_names(tree: ast.Module) -> set[str]:
