@@ -182,7 +182,8 @@ class Checkpoint(MonitoredCallback):
       ``every_n_epochs`` epochs, all kept;
     * ``best-epoch=E-step=N.pt``: the ``save_top_k`` best by ``monitor`` (read from join
       point ``event`` as EarlyStopping reads it; the mean over the ranks under
-      torch.distributed), the others deleted.
+      torch.distributed), the others deleted; ``best-epoch=E-step=N-v1.pt``, ``-v2``,
+      ... for more evaluations at the same step.
 
     Each holds the ``state_dict()`` of ``model``, ``optimizer`` and ``scheduler``,
     the steps and epochs completed, the RNG states (``random``, NumPy's global one
@@ -400,8 +401,7 @@ class Checkpoint(MonitoredCallback):
             worst = self.top_k[-1][0]
             if not (value < worst if self.best.mode == "min" else value > worst):
                 return
-        name = f"best-epoch={self.epoch}-step={self.step}.pt"
-        self.top_k = [entry for entry in self.top_k if entry[2] != name]
+        name = self._free_name(f"best-epoch={self.epoch}-step={self.step}")
         self.top_k.append((value, self.step, name))
         self.top_k.sort(key=lambda entry: entry[0], reverse=self.best.mode == "max")
         for _, _, dropped in self.top_k[self.save_top_k:]:
@@ -411,6 +411,17 @@ class Checkpoint(MonitoredCallback):
                 self._evicted.append(dropped)
         del self.top_k[self.save_top_k:]
         self._pending.add(name)
+
+    def _free_name(self, stem: str) -> str:
+        """``stem.pt``, or ``stem-v1.pt``, ``stem-v2.pt``, ... when a kept, pending or
+        evicted file already has the name: several evaluations at one step are each
+        their own file (one name would be overwritten by the later, worse or not)."""
+        taken = {entry[2] for entry in self.top_k} | self._pending | set(self._evicted)
+        name, version = f"{stem}.pt", 0
+        while name in taken:
+            version += 1
+            name = f"{stem}-v{version}.pt"
+        return name
 
     def _boundary(self, obj: Any) -> None:
         if self._pending:
