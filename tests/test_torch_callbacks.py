@@ -209,6 +209,33 @@ def test_best_checkpoint_writes_atomically_and_restores_the_best(hw, ht, tmp_pat
     assert not torch.equal(weights_at[1], weights_at[3])
 
 
+@pytest.mark.parametrize("scores", [[(math.nan, 0)] * 3, []], ids=["metric-nan-at-every-evaluation", "no-evaluation"])
+def test_best_checkpoint_restores_only_what_its_own_run_saved(hw, ht, tmp_path, scores):
+    # It loaded the file an earlier run had left at path into this run's model.
+    path = tmp_path / "best.pt"
+    earlier = make_loop(hw, scores=[(0.1, 0)])
+    earlier.add_callback(ht.BestCheckpoint(path, monitor="val_loss"))
+    earlier.fit(1)
+    assert path.exists()
+    loop = make_loop(hw, scores=scores)
+    saver = ht.BestCheckpoint(path, monitor="val_loss", restore_best=True)
+    loop.add_callback(saver)
+    if not scores:  # a fit that never evaluates
+        loop.evaluate = lambda: None
+    ended_with = []
+    loop.after("epoch", lambda self: ended_with.append(self.model.weight.detach().clone()))
+    with pytest.warns(hw.HookwrapWarning) as warned:
+        loop.fit(len(scores) or 1)
+    assert saver.saved == 0 and not torch.equal(ended_with[-1], earlier.model.weight)
+    assert torch.equal(loop.model.weight, ended_with[-1])  # the weights it ended with
+    why = ("val_loss had no finite value at any of its 3 evaluation(s) ('evaluate'), so none was saved"
+           if scores else "'evaluate' never ran, so no value of val_loss was seen")
+    assert [str(w.message) for w in warned] == [
+        f"BestCheckpoint({str(path)!r}): restore_best restored nothing: {why}. The model keeps the weights it "
+        f"ended with; {str(path)!r} was not read."]
+    assert torch.equal(torch.load(path, weights_only=True)["model"]["weight"], earlier.model.weight)  # left as it was
+
+
 def test_best_checkpoint_names_a_missing_model_attribute(hw, ht, tmp_path):
     loop = make_loop(hw, scores=[(0.9, 0)])
     loop.add_callback(ht.BestCheckpoint(tmp_path / "b.pt", model="net"))

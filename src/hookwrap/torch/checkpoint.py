@@ -7,10 +7,11 @@ import math
 import os
 import sys
 import types
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Literal, overload
 
-from ..errors import HookError
+from ..errors import HookError, HookwrapWarning
 from .. import callback_state, load_callback_state
 from ..extend import JoinPointInfo, is_join_point, per_join_point, process_rank, reader, stateful_callbacks
 from ._attach import DefaultEvent, from_object, is_rank_zero, whole_number
@@ -33,7 +34,9 @@ class BestCheckpoint(MonitoredCallback):
     attribute of the hooked object, or they are the objects themselves
     (``optimizer=None`` saves the model only). With ``restore_best=True`` the best
     weights are loaded back into the model after ``fit_event`` returns (read the
-    same way from that join point).
+    same way from that join point); a run that saved none (``monitor`` NaN at every
+    evaluation) restores nothing, with a ``HookwrapWarning``, and never loads a file
+    an earlier run left at ``path``.
 
     Under torch.distributed ``monitor`` is the mean over the ranks (one all-reduce
     per evaluation), so every rank agrees on "improved"; rank 0 alone writes, then
@@ -51,6 +54,7 @@ class BestCheckpoint(MonitoredCallback):
         self.model, self.optimizer = model, optimizer
         self.restore_best, self.fit_event = restore_best, fit_event
         self.saved = 0
+        self._evaluations = 0  # values of monitor read in this run (finite or not)
         # The model and optimizer of the call in progress, per event: taken before
         # the call (argument or attribute), used after it, then let go.
         self._held: dict[tuple[str, str], Any] = {}
@@ -83,6 +87,7 @@ class BestCheckpoint(MonitoredCallback):
         return self._held.pop((event, "model"), None), self._held.pop((event, "optimizer"), None)
 
     def observe(self, obj: Any, value: Any) -> None:
+        self._evaluations += 1
         try:
             super().observe(obj, value)
         finally:
@@ -122,11 +127,25 @@ class BestCheckpoint(MonitoredCallback):
     def load_best(self, obj: Any, model: Any = None, optimizer: Any = None) -> None:
         """Load the best weights saved so far into the model (and optimizer):
         ``model`` and ``optimizer`` given, else read from ``obj``. Onto the device of
-        the model's parameters; under torch.distributed on every rank."""
+        the model's parameters; under torch.distributed on every rank. Only a best of
+        this run (or of the state it resumed): when it saved none (``monitor`` never
+        finite) nothing is loaded, and a ``HookwrapWarning`` says why."""
         import torch
 
+        if self.best.value is None:
+            # This run saved nothing: a file at path is an earlier run's (another model's
+            # best, or this one's under other settings), not a best of this run.
+            if self._evaluations:
+                why = (f"{self.monitor} had no finite value at any of its {self._evaluations} "
+                       f"evaluation(s) ({self.event!r}), so none was saved")
+            else:
+                why = f"{self.event!r} never ran, so no value of {self.monitor} was seen"
+            warnings.warn(f"{self.where}: restore_best restored nothing: {why}. The model keeps the "
+                          f"weights it ended with; {str(self.path)!r} was not read.",
+                          HookwrapWarning, stacklevel=2)
+            return
         if not _on_every_rank(self.path.exists(), self.path, self.where):
-            return  # nothing improved yet: the model is as good as it gets
+            return  # saved, then removed by someone else: nothing to load
         if model is None:
             model = from_object(obj, self.model, "model", self.where)
         checkpoint = torch.load(self.path, map_location=_device_of(model), weights_only=True)
