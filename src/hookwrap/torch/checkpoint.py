@@ -14,7 +14,7 @@ from typing import Any, Callable, Literal, overload
 from ..errors import HookError, HookwrapWarning
 from .. import callback_state, load_callback_state
 from ..extend import JoinPointInfo, is_join_point, per_join_point, process_rank, reader, stateful_callbacks
-from ._attach import DefaultEvent, from_object, is_rank_zero, whole_number
+from ._attach import COUNT, NUMBER_OR_NONE, DefaultEvent, Saved, from_object, is_rank_zero, saved, whole_number
 from ._best import MonitoredCallback
 from .distributed import is_distributed, ranks_where, written_on_rank_zero
 from .readback import settle
@@ -462,9 +462,10 @@ class Checkpoint(MonitoredCallback):
                 "top_k": [list(entry) for entry in self.top_k]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        epoch = saved(state, "epoch", COUNT, self.where)  # all checked before anything is set
+        top_k = saved(state, "top_k", _TOP_K, self.where)
         super().load_state_dict(state)
-        self.epoch = state["epoch"]
-        self.top_k = [(float(v), int(s), str(n)) for v, s, n in state["top_k"]]
+        self.epoch, self.top_k = epoch, top_k
 
     def checkpoint(self, obj: Any, model: Any = _NOT_GIVEN, optimizer: Any = _NOT_GIVEN,
                    scheduler: Any = _NOT_GIVEN) -> dict[str, Any]:
@@ -618,6 +619,22 @@ class Checkpoint(MonitoredCallback):
         # evicted since: they are not the best kept any more.
         self.top_k = [entry for entry in self.top_k if (self.dir / entry[2]).is_file()]
         return state
+
+
+def _is_top_k(value: Any) -> bool:
+    """A saved top-k: [value, step, file name] entries, each name a file of the folder
+    (it is deleted when evicted: never a path elsewhere)."""
+    return isinstance(value, (list, tuple)) and all(
+        isinstance(entry, (list, tuple)) and len(entry) == 3
+        and COUNT.check(entry[1]) and _NUMBER.check(entry[0])
+        and isinstance(entry[2], str) and entry[2].endswith(".pt")
+        and entry[2] == os.path.basename(entry[2]) and entry[2] not in ("", ".", "..")
+        for entry in value)
+
+
+_NUMBER = Saved(lambda value: value is not None and NUMBER_OR_NONE.check(value), "a number")
+_TOP_K = Saved(_is_top_k, "a list of [value, step, file name] entries, each name a .pt file of the folder",
+               lambda value: [(float(v), int(s), str(n)) for v, s, n in value])
 
 
 def _check_fits(model: Any, saved: Any, where: str) -> None:
