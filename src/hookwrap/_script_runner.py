@@ -382,7 +382,7 @@ def _import_failed(expr: str, module: str, exc: BaseException, lead: str = "") -
         extra = " (hookwrap.torch needs torch: pip install 'hookwrap[torch]')" if exc.name == "torch" else ""
         fix = f"Install what provides {exc.name!r}{extra}, then run again."
     else:
-        fix = f"Fix the import it makes, then run again."
+        fix = "Fix the import it makes, then run again."
     return BadInput(f"{PROG}: --callback {expr!r}: {lead}importing {module!r} failed: "
                     f"{type(exc).__name__}: {str(exc).rstrip('.')}{where}. {fix}")
 

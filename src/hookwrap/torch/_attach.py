@@ -194,7 +194,7 @@ class Saved(NamedTuple):
 
 
 def _is_count(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 0
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) >= 0
 
 
 def _is_number(value: Any) -> bool:
