@@ -168,6 +168,34 @@ def test_argv_main_path_pickling_and_exit_codes(hw, tmp_path, capsys):
     assert "script_runner" not in err and "probe.py\", line 10, in <module>" in err
 
 
+@pytest.mark.parametrize("args", [["--", "-x", "a"], ["-x", "a"], ["a", "--", "b"], ["--", "--"], ["--"],
+                                  ["--epochs", "2", "--", "x"], ["--help"], []])
+def test_the_command_line_gives_the_script_the_argv_python_gives_it(hw, tmp_path, capsys, args):
+    # argparse took a `--` right after the script as its own: `-- -x a` reached it as ['-x', 'a'].
+    probe = _script(tmp_path, """
+        import sys
+        def show():
+            print(sys.argv[1:])
+        show()
+    """)
+    alone = subprocess.run([sys.executable, str(probe), *args], capture_output=True, text=True, timeout=60)
+    main = importlib.import_module("hookwrap.__main__").main
+    assert main(["run", str(probe), *args]) == 0
+    assert capsys.readouterr().out == alone.stdout == f"{args}\n"
+    # hookwrap's own options end at the script, or at a `--` before it.
+    assert main(["run", "--weave", "__main__:show", "--", str(probe), *args]) == 0
+    assert capsys.readouterr().out == alone.stdout
+
+
+def test_the_command_line_without_a_script_is_refused(hw, capsys):
+    main = importlib.import_module("hookwrap.__main__").main
+    for argv in (["run"], ["run", "--"], ["run", "--callback", "StepTimer()"]):
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        assert exited.value.code == 2
+        assert "the following arguments are required: script" in capsys.readouterr().err
+
+
 def test_a_module_beside_the_script_and_the_script_by_its_module_name(hw, tmp_path, capsys):
     (tmp_path / "helper.py").write_text("def double(x):\n    return 2 * x\n")
     probe = _script(tmp_path, """
@@ -184,6 +212,140 @@ def test_a_module_beside_the_script_and_the_script_by_its_module_name(hw, tmp_pa
     assert seen == [("double", 0), ("double", 2), ("double", 4), ("double", 6), ("total", 12)]
     assert hw._dispatch.join_point_of(sys.modules["helper"].double) is None  # un-woven after the run
     del sys.modules["helper"]
+
+
+COMPOUND_DEFINITIONS = {
+    "if": """
+        if True:
+            def step():
+                return "if"
+    """,
+    "elif-else": """
+        if False:
+            pass
+        elif len("a") == 2:
+            pass
+        else:
+            def step():
+                return "else"
+    """,
+    "try-except": """
+        try:
+            from no_such_module_xyz import step
+        except ImportError:
+            def step():
+                return "except"
+    """,
+    "try-else-finally": """
+        try:
+            pass
+        except ImportError:
+            pass
+        else:
+            def step():
+                return "else"
+        finally:
+            pass
+    """,
+    "finally": """
+        try:
+            pass
+        finally:
+            def step():
+                return "finally"
+    """,
+    "with": """
+        import contextlib
+        with contextlib.nullcontext():
+            def step():
+                return "with"
+    """,
+    "for": """
+        for _ in range(1):
+            def step():
+                return "for"
+    """,
+    "while": """
+        while True:
+            def step():
+                return "while"
+            break
+    """,
+    "nested": """
+        if True:
+            try:
+                import no_such_module_xyz
+            except ImportError:
+                with open(__file__):
+                    def step():
+                        return "nested"
+    """,
+}
+
+
+@pytest.mark.parametrize("form", list(COMPOUND_DEFINITIONS))
+def test_a_function_the_script_defines_inside_a_top_level_compound_statement_is_woven(hw, tmp_path, capsys, form):
+    # "never defines 'step'": only the top-level statements themselves were read.
+    probe = _script(tmp_path, textwrap.dedent(COMPOUND_DEFINITIONS[form]) + "print(step())\n")
+    seen: list[str] = []
+    status = _runner(hw).run(str(probe), [], weaves=["__main__:step"],
+                             callbacks=[("post-step", lambda return_value: seen.append(return_value) or return_value)])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    assert seen == [captured.out.strip()] and seen[0] in form
+
+
+def test_a_function_defined_in_the_main_block_is_woven_before_the_block_calls_it(hw, tmp_path, capsys):
+    probe = _script(tmp_path, """
+        import sys
+        if __name__ == "__main__":
+            def step(i):
+                return i * 10
+            for i in range(3):
+                step(i)
+            sys.exit(0)
+    """)
+    seen: list[int] = []
+    status = _runner(hw).run(str(probe), [], weaves=["__main__:step"],
+                             callbacks=[("post-step", lambda return_value: seen.append(return_value) or return_value)])
+    assert status == 0, capsys.readouterr().err
+    assert seen == [0, 10, 20]
+
+
+def test_a_function_a_loop_defines_anew_each_time_is_woven_each_time(hw, tmp_path, capsys):
+    probe = _script(tmp_path, """
+        for scale in (1, 2):
+            class Trainer:
+                def step(self, i):
+                    return i * scale
+            def run(i):
+                return Trainer().step(i)
+            run(3)
+        run(4)
+    """)
+    seen: list[Any] = []
+    status = _runner(hw).run(str(probe), [], weaves=["__main__:run", "__main__:Trainer.step"], callbacks=[
+        ("post-run", lambda return_value: seen.append(("run", return_value)) or return_value),
+        ("post-step", lambda self, return_value: seen.append(("step", return_value)) or return_value)])
+    assert status == 0, capsys.readouterr().err
+    assert seen == [("step", 3), ("run", 3), ("step", 6), ("run", 6), ("step", 8), ("run", 8)]
+
+
+def test_a_branch_that_defines_the_woven_name_and_does_not_run_exits_2(hw, tmp_path, capsys):
+    probe = _script(tmp_path, """
+        print("start")
+        if len("a") == 2:
+            def step():
+                pass
+        print("never")
+    """)
+    assert _runner(hw).run(str(probe), [], weaves=["__main__:step"], callbacks=[("post-step", lambda: None)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "start\n"
+    assert captured.err == (
+        "hookwrap run: --weave '__main__:step': probe.py did not define 'step' on this run: the branch of its "
+        "top-level statement that defines it did not run. Weave a name the script defines whichever way it "
+        "runs, or run it so that it defines 'step'.\n")
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -212,6 +374,77 @@ def test_bad_input_exits_2_naming_it_and_the_fix(hw, capsys, kwargs, message):
     assert captured.out == ""  # the script never ran
     assert captured.err.startswith("hookwrap run: ") and message in captured.err, captured.err
     assert _state() == before
+
+
+def _stepping_script(tmp_path: Path) -> Path:
+    return _script(tmp_path, """
+        def step():
+            return 1
+        step()
+    """)
+
+
+def test_a_callback_whose_module_fails_to_import_reports_that_import_error(hw, tmp_path, capsys):
+    # It said "NameError: name 'brokencb' is not defined": the module was never imported.
+    (tmp_path / "brokencb.py").write_text("import hookwrap\nimport no_such_dependency_xyz\n")
+    probe = _stepping_script(tmp_path)
+    assert _runner(hw).run(str(probe), [], weaves=["__main__:step"], callbacks=["brokencb.Counter()"]) == 2
+    assert capsys.readouterr().err == (
+        "hookwrap run: --callback 'brokencb.Counter()': importing 'brokencb' failed: ModuleNotFoundError: "
+        "No module named 'no_such_dependency_xyz' (brokencb.py, line 2). Install what provides "
+        "'no_such_dependency_xyz', then run again.\n")
+    assert "brokencb" not in sys.modules
+
+
+def test_a_callback_of_a_module_the_expression_names_is_imported(hw, tmp_path, capsys):
+    (tmp_path / "callbacks_xyz").mkdir()
+    (tmp_path / "callbacks_xyz" / "__init__.py").write_text("")
+    (tmp_path / "callbacks_xyz" / "counting.py").write_text(textwrap.dedent("""
+        import hookwrap
+        class Counter(hookwrap.Callback):
+            def post_step(self, return_value):
+                print("counted", return_value)
+                return return_value
+    """))
+    probe = _stepping_script(tmp_path)
+    try:
+        assert _runner(hw).run(str(probe), [], weaves=["__main__:step"],
+                               callbacks=["callbacks_xyz.counting.Counter()"]) == 0, capsys.readouterr().err
+        assert capsys.readouterr().out == "counted 1\n"
+    finally:
+        for name in ("callbacks_xyz", "callbacks_xyz.counting"):
+            sys.modules.pop(name, None)
+
+
+def test_an_undefined_name_says_to_write_it_with_its_module(hw, tmp_path, capsys):
+    assert _runner(hw).run(str(_stepping_script(tmp_path)), [], weaves=["__main__:step"],
+                           callbacks=["Saver()"]) == 2
+    assert ("hookwrap run: --callback 'Saver()': NameError: name 'Saver' is not defined. A name of another "
+            "module: write it with its module (mypackage.callbacks.Saver(...)), which hookwrap run imports. "
+            "Give a Python expression making a callback, with these names in scope: ") in capsys.readouterr().err
+
+
+def test_shipped_names_when_hookwrap_torch_fails_to_import_report_that_import_error(hw, tmp_path, capsys, monkeypatch):
+    # It said "NameError: name 'MetricsLogger' is not defined": the failed import was dropped.
+    shipped = [name for name in sys.modules if name == "hookwrap.torch" or name.startswith("hookwrap.torch.")]
+    for name in shipped:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "hookwrap.torch.metrics_logger", None)  # an import inside fails
+    monkeypatch.delattr(hw, "torch", raising=False)
+    probe = _stepping_script(tmp_path)
+    try:
+        for expr, lead in [('MetricsLogger("m.csv")', "name 'MetricsLogger' is not defined, as hookwrap.torch, "
+                                                       "whose names --callback has in scope, did not import: "),
+                           ('hookwrap.torch.MetricsLogger("m.csv")', ""), ('hw.torch.MetricsLogger("m.csv")', "")]:
+            assert _runner(hw).run(str(probe), [], weaves=["__main__:step"], callbacks=[expr]) == 2
+            err = capsys.readouterr().err
+            assert err.startswith(
+                f"hookwrap run: --callback {expr!r}: {lead}importing 'hookwrap.torch' failed: ModuleNotFoundError: "
+                f"import of hookwrap.torch.metrics_logger halted; None in sys.modules (torch/__init__.py, line "), err
+            assert err.endswith("). Install what provides 'hookwrap.torch.metrics_logger', then run again.\n"), err
+    finally:
+        for name in [n for n in sys.modules if n.startswith("hookwrap.torch") and n not in shipped]:
+            del sys.modules[name]  # what the failed import left; the shipped ones come back
 
 
 def test_a_missing_script_exits_2(hw, tmp_path, capsys):

@@ -209,6 +209,33 @@ def test_best_checkpoint_writes_atomically_and_restores_the_best(hw, ht, tmp_pat
     assert not torch.equal(weights_at[1], weights_at[3])
 
 
+@pytest.mark.parametrize("scores", [[(math.nan, 0)] * 3, []], ids=["metric-nan-at-every-evaluation", "no-evaluation"])
+def test_best_checkpoint_restores_only_what_its_own_run_saved(hw, ht, tmp_path, scores):
+    # It loaded the file an earlier run had left at path into this run's model.
+    path = tmp_path / "best.pt"
+    earlier = make_loop(hw, scores=[(0.1, 0)])
+    earlier.add_callback(ht.BestCheckpoint(path, monitor="val_loss"))
+    earlier.fit(1)
+    assert path.exists()
+    loop = make_loop(hw, scores=scores)
+    saver = ht.BestCheckpoint(path, monitor="val_loss", restore_best=True)
+    loop.add_callback(saver)
+    if not scores:  # a fit that never evaluates
+        loop.evaluate = lambda: None
+    ended_with = []
+    loop.after("epoch", lambda self: ended_with.append(self.model.weight.detach().clone()))
+    with pytest.warns(hw.HookwrapWarning) as warned:
+        loop.fit(len(scores) or 1)
+    assert saver.saved == 0 and not torch.equal(ended_with[-1], earlier.model.weight)
+    assert torch.equal(loop.model.weight, ended_with[-1])  # the weights it ended with
+    why = ("val_loss had no finite value at any of its 3 evaluation(s) ('evaluate'), so none was saved"
+           if scores else "'evaluate' never ran, so no value of val_loss was seen")
+    assert [str(w.message) for w in warned] == [
+        f"BestCheckpoint({str(path)!r}): restore_best restored nothing: {why}. The model keeps the weights it "
+        f"ended with; {str(path)!r} was not read."]
+    assert torch.equal(torch.load(path, weights_only=True)["model"]["weight"], earlier.model.weight)  # left as it was
+
+
 def test_best_checkpoint_names_a_missing_model_attribute(hw, ht, tmp_path):
     loop = make_loop(hw, scores=[(0.9, 0)])
     loop.add_callback(ht.BestCheckpoint(tmp_path / "b.pt", model="net"))
@@ -294,6 +321,60 @@ def test_bad_saved_state_is_refused_and_nothing_is_loaded(hw, ht, saved, message
     with pytest.raises(hw.HookError, match=message):
         hw.load_callback_state(loop, saved, strict=False)
     assert hw.callback_state(loop) == before
+
+
+@pytest.mark.parametrize("name, field, bad", [
+    ("EarlyStopping", "wait", "1"),
+    ("EarlyStopping", "wait", -1),
+    ("EarlyStopping", "step", "5"),
+    ("EarlyStopping", "best_step", 2.5),
+    ("EarlyStopping", "best", "0.5"),
+    ("EarlyStopping", "best", math.nan),
+    ("NanGuard", "step", True),
+    ("Checkpoint", "epoch", "2"),
+    ("Checkpoint", "top_k", [["0.5", 2, "best-epoch=1-step=2.pt"]]),
+    ("Checkpoint", "top_k", [[0.5, 2, "../outside.pt"]]),  # evicting it would delete a file elsewhere
+    ("Checkpoint", "top_k", "best.pt"),
+    ("EMA", "updates", "3"),
+    ("EMA", "shadow", ["not a tensor"]),
+    ("GradAccumulation", "calls", "1"),
+])
+def test_saved_state_of_the_wrong_type_is_refused_and_nothing_is_loaded(hw, ht, tmp_path, name, field, bad):
+    # EarlyStopping took "1" as its wait count: the run failed at the next `+= 1`, or compared wrongly.
+    loop = make_loop(hw)
+    callbacks = [ht.NanGuard(), ht.EarlyStopping("val_loss"), ht.Checkpoint(tmp_path, monitor="val_loss"),
+                 ht.EMA(), ht.GradAccumulation(2)]
+    for cb in callbacks:
+        loop.add_callback(cb)
+    before = hw.callback_state(loop)
+    state = {key: {**value, "step": 7} if key.startswith("NanGuard") else dict(value) for key, value in before.items()}
+    key = next(key for key in state if key.startswith(name))
+    state[key][field] = bad
+    with pytest.raises(hw.HookError) as raised:
+        hw.load_callback_state(loop, state)
+    message = str(raised.value)
+    assert f"{key!r} could not load its saved state (TypeError: " in message and "nothing was loaded" in message
+    assert f"the saved {field!r} must be " in message and f"got {bad!r}" in message
+    assert hw.callback_state(loop) == before  # NanGuard's step 7, loaded first, was put back
+    # Read whole before anything is set: loading it directly leaves the callback as it was.
+    cb = next(cb for cb in callbacks if cb.state_key == key)
+    with pytest.raises(TypeError):
+        cb.load_state_dict(state[key])
+    assert cb.state_dict() == before[key]
+
+
+def test_saved_state_of_the_right_types_still_loads(hw, ht, tmp_path):
+    loop = make_loop(hw)
+    stopper, checkpoint = ht.EarlyStopping("val_loss"), ht.Checkpoint(tmp_path, monitor="val_loss")
+    loop.add_callback(stopper)
+    loop.add_callback(checkpoint)
+    hw.load_callback_state(loop, {
+        stopper.state_key: {"step": 6, "best": 1, "best_step": 4, "wait": 2},
+        checkpoint.state_key: {"step": 6, "best": 0.5, "best_step": 4, "epoch": 3,
+                               "top_k": [[0.5, 4, "best-epoch=2-step=4.pt"]]}})
+    assert (stopper.step, stopper.best.value, stopper.best_step, stopper.wait) == (6, 1.0, 4, 2)
+    assert type(stopper.best.value) is float
+    assert checkpoint.top_k == [(0.5, 4, "best-epoch=2-step=4.pt")] and checkpoint.epoch == 3
 
 
 # --- ProgressBar, StepTimer, GradNorm, LRMonitor, MetricsLogger ---------------------

@@ -214,6 +214,67 @@ def test_top_k_keeps_only_the_k_best_files(hw, ht, tmp_path):
     assert torch.equal(loop.model.weight, loop.weights_at[4])
 
 
+def _evaluations_at_one_step(hw, ht, tmp_path, scores, fit):
+    """A loop evaluating ``scores`` in turn with no step between, through ``fit`` or
+    (no fit join point: each file written when due) alone; its weight is the score."""
+
+    class Loop(hw.Hookable):
+        def __init__(self) -> None:
+            self.model = torch.nn.Linear(1, 1, bias=False)
+            self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+        @hw.hookable
+        def evaluate(self, score: float) -> dict[str, float]:
+            with torch.no_grad():
+                self.model.weight.fill_(score)
+            return {"val_acc": score}
+
+        def run(self) -> None:
+            for score in scores:
+                self.evaluate(score)
+
+    class FitLoop(Loop):
+        @hw.hookable
+        def fit(self) -> None:
+            self.run()
+
+    loop = FitLoop() if fit else Loop()
+    loop.checkpoint = ht.Checkpoint(tmp_path, monitor="val_acc", mode="max", save_top_k=2, save_last=False)
+    loop.add_callback(loop.checkpoint)
+    (loop.fit if fit else loop.run)()
+    return loop
+
+
+@pytest.mark.parametrize("fit", [True, False], ids=["written-at-fit-end", "written-when-due"])
+def test_top_k_keeps_the_best_of_several_evaluations_at_one_step(hw, ht, tmp_path, fit):
+    # One name per (epoch, step): each evaluation replaced the last, and 0.7 was kept over 0.8.
+    loop = _evaluations_at_one_step(hw, ht, tmp_path, [0.5, 0.9, 0.8, 0.7], fit)
+    assert loop.checkpoint.top_k == [(0.9, 0, "best-epoch=0-step=0-v1.pt"), (0.8, 0, "best-epoch=0-step=0-v2.pt")]
+    assert sorted(os.listdir(tmp_path)) == ["best-epoch=0-step=0-v1.pt", "best-epoch=0-step=0-v2.pt"]
+    assert loop.checkpoint.best_path == tmp_path / "best-epoch=0-step=0-v1.pt"
+    if not fit:  # each written at its evaluation: each holds its own weights
+        for name, score in (("best-epoch=0-step=0-v1.pt", 0.9), ("best-epoch=0-step=0-v2.pt", 0.8)):
+            assert torch.load(tmp_path / name, weights_only=True)["model"]["weight"].item() == pytest.approx(score)
+    # The names are the state's own: a resume reads them back, and "best" is the 0.9's file.
+    saved = loop.checkpoint.resume(loop, "best")["callbacks"][loop.checkpoint.state_key]["top_k"]
+    assert saved[0] == [0.9, 0, "best-epoch=0-step=0-v1.pt"]
+    if fit:  # written once, at the end of fit: the final top-k
+        assert saved == [[0.9, 0, "best-epoch=0-step=0-v1.pt"], [0.8, 0, "best-epoch=0-step=0-v2.pt"]]
+    else:
+        assert loop.model.weight.item() == pytest.approx(0.9)
+    assert loop.checkpoint.best_path == tmp_path / "best-epoch=0-step=0-v1.pt"
+
+
+def test_a_later_evaluation_at_one_step_takes_no_name_still_in_use(hw, ht, tmp_path):
+    # 0.5 then 0.6 evicts it; a third at that step must not reuse a name whose file is
+    # written, or is to be deleted after the next write.
+    loop = _evaluations_at_one_step(hw, ht, tmp_path, [0.5, 0.6, 0.7, 0.4, 0.8], fit=False)
+    assert [entry[:1] for entry in loop.checkpoint.top_k] == [(0.8,), (0.7,)]
+    assert sorted(os.listdir(tmp_path)) == sorted(entry[2] for entry in loop.checkpoint.top_k)
+    for value, _, name in loop.checkpoint.top_k:
+        assert torch.load(tmp_path / name, weights_only=True)["model"]["weight"].item() == pytest.approx(value)
+
+
 def test_a_nan_never_enters_the_top_k(hw, ht, tmp_path):
     loop = make_loop(hw, ht, [float("nan"), 0.5, float("nan")], dir=tmp_path, monitor="val_acc",
                      mode="max", save_last=False)

@@ -28,7 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--current-only", action="store_true",
                        help="only the implementation in use, in this process")
     run = commands.add_parser(
-        "run", help="run a script with weaves and callbacks applied from outside",
+        "run", usage="%(prog)s [-h] [--preset NAME] [--weave [EVENT=]MODULE:ATTR] [--callback EXPR] "
+                     "script [args ...]",
+        help="run a script with weaves and callbacks applied from outside",
         description="Run SCRIPT as `python SCRIPT ARGS...` would (its argv, __main__, sys.path and "
                     "exit status), with join points woven and callbacks registered from outside.",
         epilog="example: hookwrap run --preset torch_optim --weave epoch=__main__:train "
@@ -42,14 +44,24 @@ def main(argv: list[str] | None = None) -> int:
                           "named EVENT if given; __main__:NAME is the script's own")
     run.add_argument("--callback", action="append", default=[], metavar="EXPR",
                      help="a Python expression making a callback, with hw and hookwrap.torch's names in scope "
-                          "(\"NanGuard(events='loss')\"); registered on the global tier")
-    run.add_argument("script", help="the script to run")
-    run.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
+                          "(\"NanGuard(events='loss')\"), and the modules it names imported "
+                          "(\"mypackage.callbacks.Saver()\"); registered on the global tier")
+    # One REMAINDER for the script and its arguments: argparse hands it what follows
+    # the script as written. A positional `script` of its own would take a `--` right
+    # after it as its own end-of-options mark, and the script would never see it
+    # (`python s.py -- -x` gives the script ['--', '-x']).
+    run.add_argument("script", nargs=argparse.REMAINDER, metavar="script [args ...]",
+                     help="the script to run, then its arguments, passed to it as python passes them")
     args = parser.parse_args(argv)
     if args.command == "run":
         from ._script_runner import run as run_script
 
-        return run_script(args.script, args.args, args.preset, args.weave, args.callback)
+        command = list(args.script)
+        if command[:1] == ["--"]:  # `hookwrap run [options] -- script.py ...`: ends hookwrap's options
+            command = command[1:]
+        if not command:
+            run.error("the following arguments are required: script")
+        return run_script(command[0], command[1:], args.preset, args.weave, args.callback)
     if args.command == "demo":
         return _demo(demo, args)
     from ._bench import main as bench_main

@@ -18,12 +18,16 @@ codes; an uncaught exception prints its traceback and exits 1).
   module name): the script's functions and classes. They exist only once the
   script defines them, so the script is compiled with a weave right after the
   top-level statement that last binds ``NAME`` (a ``def``, ``class``, import or
-  assignment); the line numbers of tracebacks are the script's own.
+  assignment). When that statement is an ``if``, ``try``, ``with``, ``for`` or
+  ``while``, the weave comes also right after the last binding in each of its
+  blocks: a ``def`` inside ``if __name__ == "__main__":`` is woven before the rest
+  of that block runs. The line numbers of tracebacks are the script's own.
 * ``EVENT=`` names the join point (``epoch=__main__:train``); by default it is
   the attribute's name.
 
 ``--callback EXPR`` is evaluated with ``hw`` (hookwrap) and every name of
-``hookwrap.torch`` in scope, and registered on the global tier once every weave
+``hookwrap.torch`` in scope, and the modules it names imported
+(``mypackage.callbacks.Saver()``; an import that fails is reported as itself), and registered on the global tier once every weave
 has been applied (before the script runs, or when the script has defined the
 last of its own targets). Bad input exits with status 2 and a message naming it
 and the fix, before the script runs wherever that can be known.
@@ -38,6 +42,7 @@ import importlib.util
 import os
 import re
 import sys
+import traceback
 from dataclasses import dataclass, field
 from types import CodeType, ModuleType, TracebackType
 from typing import Any, Sequence
@@ -114,6 +119,11 @@ class Runner:
     callbacks: list[Any] = field(default_factory=list)
     module: ModuleType | None = None
     _pending_script: dict[str, list[WeaveTarget]] = field(default_factory=dict)
+    # A script name woven: its targets, their handles, and the object it was bound to
+    # then (bound anew, in a loop's body, it is woven anew).
+    _script_targets: dict[str, list[WeaveTarget]] = field(default_factory=dict)
+    _script_handles: dict[str, list[Any]] = field(default_factory=dict)
+    _woven: dict[str, Any] = field(default_factory=dict)
     _registered = False
 
     # --- before the script -------------------------------------------------------
@@ -242,24 +252,23 @@ class Runner:
             raise BadInput(f"{PROG}: callback {expr!r} is not a hookwrap.Callback or an ('event', fn) pair.")
 
         scope: dict[str, Any] = {"hw": hookwrap, "hookwrap": hookwrap}
+        shipped_error: Exception | None = None
         try:
             import hookwrap.torch as shipped
 
             scope.update((name, getattr(shipped, name)) for name in shipped.__all__)
-        except ImportError:
-            pass  # without torch: only hw.* and the user's own expressions
+        except ImportError as exc:  # without torch: hw.* and modules; named if a name is missing
+            shipped_error = exc
+        filename = f"--callback {expr}"
         try:
-            value = eval(compile(expr, f"--callback {expr}", "eval"), scope)  # noqa: S307 - the user's own
+            tree = ast.parse(expr, filename, mode="eval")
+        except SyntaxError as exc:
+            raise _bad_expression(expr, exc, scope, None) from None
+        _import_modules(expr, tree, scope)
+        try:
+            value = eval(compile(tree, filename, "eval"), scope)  # noqa: S307 - the user's own
         except Exception as exc:
-            names = sorted(n for n in scope if not n.startswith("_"))
-            hint = ""
-            if isinstance(exc, NameError) and exc.name:
-                hint = closest(exc.name, names)
-            raise BadInput(
-                f"{PROG}: --callback {expr!r}: {type(exc).__name__}: {str(exc).rstrip('.')}.{hint} Give a Python expression "
-                f"making a callback, with these names in scope: {', '.join(names)} "
-                f"(--callback \"NanGuard(events='loss')\")."
-            ) from None
+            raise _bad_expression(expr, exc, scope, shipped_error) from None
         if isinstance(value, type) and issubclass(value, Callback):
             try:
                 value = value()
@@ -289,11 +298,37 @@ class Runner:
 
     # --- while the script runs ---------------------------------------------------
 
-    def defined(self, name: str) -> None:
-        """Called by the instrumented script right after it last binds ``name``."""
-        assert self.module is not None
-        for target in self._pending_script.pop(name, []):
-            self._weave(target, self.module)
+    def defined(self, name: str, final: bool = True) -> None:
+        """Called by the instrumented script right after it last binds ``name`` (in
+        each block of a compound statement, and after the statement: ``final``)."""
+        module = self.module
+        assert module is not None
+        if name not in vars(module):  # a branch that binds it did not run (yet)
+            if final and name in self._pending_script:
+                target = self._pending_script[name][0]
+                raise BadInput(
+                    f"{PROG}: --weave {target.spec!r}: {os.path.basename(self.script)} did not define "
+                    f"{name!r} on this run: the branch of its top-level statement that defines it did "
+                    f"not run. Weave a name the script defines whichever way it runs, or run it so "
+                    f"that it defines {name!r}."
+                )
+            return
+        current = vars(module)[name]
+        if name in self._woven and self._woven[name] is current:
+            return  # woven already, as bound now
+        targets = self._pending_script.pop(name, None)
+        if targets is None:  # bound again since it was woven (a loop's body): weave the new one
+            targets = self._script_targets[name]
+            for handle in self._script_handles.pop(name, []):
+                handle.remove()  # puts the earlier binding back: the script's own is kept
+                self.handles.remove(handle)
+            vars(module)[name] = current
+        self._script_targets[name] = targets
+        first = len(self.handles)
+        for target in targets:
+            self._weave(target, module)
+        self._script_handles[name] = self.handles[first:]
+        self._woven[name] = vars(module)[name]
         if not self._pending_script and not self._registered:
             self._register_callbacks()
 
@@ -316,11 +351,119 @@ class Runner:
         return lines
 
 
+def _bad_expression(expr: str, exc: Exception, scope: dict[str, Any], shipped_error: Exception | None) -> BadInput:
+    names = sorted(n for n in scope if not n.startswith("_"))
+    if isinstance(exc, NameError) and exc.name and shipped_error is not None:
+        # Its names were never put in scope: the import that failed is the error.
+        return _import_failed(expr, "hookwrap.torch", shipped_error,
+                              f"name {exc.name!r} is not defined, as hookwrap.torch, whose names --callback "
+                              f"has in scope, did not import: ")
+    hint = ""
+    if isinstance(exc, NameError) and exc.name:
+        hint = (f"{closest(exc.name, names)} A name of another module: write it with its module "
+                f"(mypackage.callbacks.{exc.name}(...)), which hookwrap run imports.")
+    return BadInput(
+        f"{PROG}: --callback {expr!r}: {type(exc).__name__}: {str(exc).rstrip('.')}.{hint} Give a Python "
+        f"expression making a callback, with these names in scope: {', '.join(names)} "
+        f"(--callback \"NanGuard(events='loss')\")."
+    )
+
+
+def _import_failed(expr: str, module: str, exc: BaseException, lead: str = "") -> BadInput:
+    """The error of an import the expression needs, as itself: its module, its
+    message, and where it was raised."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<frozen")]
+    where = ""
+    if frames:
+        file = os.path.basename(frames[-1].filename)
+        if file == "__init__.py":  # say whose
+            file = f"{os.path.basename(os.path.dirname(frames[-1].filename))}/{file}"
+        where = f" ({file}, line {frames[-1].lineno})"
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        extra = " (hookwrap.torch needs torch: pip install 'hookwrap[torch]')" if exc.name == "torch" else ""
+        fix = f"Install what provides {exc.name!r}{extra}, then run again."
+    else:
+        fix = "Fix the import it makes, then run again."
+    return BadInput(f"{PROG}: --callback {expr!r}: {lead}importing {module!r} failed: "
+                    f"{type(exc).__name__}: {str(exc).rstrip('.')}{where}. {fix}")
+
+
+def _dotted(node: ast.AST) -> list[str] | None:
+    """``a.b.c`` -> ['a', 'b', 'c']; None for anything but a name and its attributes."""
+    if isinstance(node, ast.Name):
+        return [node.id]
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return None if base is None else [*base, node.attr]
+    return None
+
+
+def _import_modules(expr: str, tree: ast.Expression, scope: dict[str, Any]) -> None:
+    """Import the modules the expression names (``mypackage.callbacks.Saver()``,
+    ``hookwrap.integrations.x``), each part as far as it is a module; put a top-level
+    one in scope. An import that fails inside the module is the error, as itself."""
+    import builtins
+
+    chains = {tuple(chain) for node in ast.walk(tree) if (chain := _dotted(node)) is not None}
+    # A lambda's parameters and a comprehension's variables are the expression's own.
+    own = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
+    own |= {arg.arg for node in ast.walk(tree) if isinstance(node, ast.arguments)
+            for arg in (*node.posonlyargs, *node.args, *node.kwonlyargs, node.vararg, node.kwarg) if arg}
+    for root, *rest in sorted(chains, key=len, reverse=True):
+        if root in own:
+            continue
+        if root in scope:
+            if not isinstance(scope[root], ModuleType):
+                continue
+            parts, first = scope[root].__name__.split("."), 1  # the module itself is imported
+        elif hasattr(builtins, root):
+            continue
+        else:
+            parts, first = [root], 0
+        names = [".".join(parts + rest[:k]) for k in range(first, len(rest) + 1)]
+        for name in names:  # a.b before a.b.c: a failing import is named as itself
+            try:
+                importlib.import_module(name)
+            except ModuleNotFoundError as exc:
+                if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
+                    break  # not a module: an attribute, or a name the expression lacks
+                raise _import_failed(expr, name, exc) from None
+            except Exception as exc:  # noqa: BLE001 - the module's own error, shown as itself
+                raise _import_failed(expr, name, exc) from None
+            if root not in scope:
+                scope[root] = sys.modules[root]
+
+
 def _top_level_names(tree: ast.Module) -> set[str]:
     return {name for stmt in tree.body for name in _bound_names(stmt)}
 
 
+def _blocks(stmt: ast.stmt) -> list[list[ast.stmt]]:
+    """The statement lists of a compound statement that run in the module's own scope:
+    what they bind is a global of the script (``if``/``else``, ``try``/``except``/
+    ``else``/``finally``, ``with``, ``for``/``while`` and their ``else``, ``match`` cases)."""
+    if isinstance(stmt, (ast.If, ast.For, ast.AsyncFor, ast.While)):
+        return [stmt.body, stmt.orelse]
+    if isinstance(stmt, (ast.With, ast.AsyncWith)):
+        return [stmt.body]
+    if isinstance(stmt, (ast.Try, ast.TryStar)):
+        return [stmt.body, *(handler.body for handler in stmt.handlers), stmt.orelse, stmt.finalbody]
+    if isinstance(stmt, ast.Match):
+        return [case.body for case in stmt.cases]
+    return []
+
+
 def _bound_names(stmt: ast.stmt) -> list[str]:
+    """The names ``stmt`` binds in its scope: its own, and those of the statements in
+    its blocks (a ``def`` inside a top-level ``if`` or ``try`` is a global too)."""
+    names = _own_bound_names(stmt)
+    for block in _blocks(stmt):
+        for inner in block:
+            names += _bound_names(inner)
+    return names
+
+
+def _own_bound_names(stmt: ast.stmt) -> list[str]:
     if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         return [stmt.name]
     if isinstance(stmt, (ast.Import, ast.ImportFrom)):
@@ -338,41 +481,70 @@ def _bound_names(stmt: ast.stmt) -> list[str]:
     return names
 
 
-def _last_bindings(tree: ast.Module, wanted: set[str]) -> dict[str, int]:
-    """name -> index of the top-level statement that binds it last."""
-    found: dict[str, int] = {}
-    for i, stmt in enumerate(tree.body):
-        for name in _bound_names(stmt):
-            if name in wanted:
-                found[name] = i
+@dataclass
+class _Site:
+    """Where the script calls ``defined(name)``: after ``block[index]``. ``final``: the
+    last place of the script where ``name`` can be bound."""
+
+    block: list[ast.stmt]
+    index: int
+    final: bool = False
+
+
+def _last_bindings(tree: ast.Module, wanted: set[str]) -> dict[str, list[_Site]]:
+    """name -> where to weave it: after the top-level statement that binds it last and,
+    when that statement is compound, after the last binding of each of its blocks too
+    (the branch that runs binds it; a loop body binds it anew each time round)."""
+    found: dict[str, list[_Site]] = {}
+    for name in wanted:
+        sites = _sites(tree.body, name)
+        if sites:
+            sites[0].final = True
+            found[name] = sites
     return found
 
 
-def _inject(tree: ast.Module, positions: dict[str, int]) -> None:
-    """After each statement of ``positions``: ``<runner>.defined(name)``, on that
-    statement's last line (other lines keep their numbers)."""
-    by_index: dict[int, list[str]] = {}
-    for name, index in positions.items():
-        by_index.setdefault(index, []).append(name)
-    for index in sorted(by_index, reverse=True):
-        stmt = tree.body[index]
+def _sites(block: list[ast.stmt], name: str) -> list[_Site]:
+    for index in range(len(block) - 1, -1, -1):
+        stmt = block[index]
+        if name in _bound_names(stmt):
+            # After the statement itself: whichever of its blocks ran (if any), the name
+            # is bound as the rest of the script will see it.
+            sites = [_Site(block, index)]
+            if name not in _own_bound_names(stmt):
+                for inner in _blocks(stmt):
+                    sites += _sites(inner, name)
+            return sites
+    return []
+
+
+def _inject(tree: ast.Module, positions: dict[str, list[_Site]]) -> None:
+    """At each site of ``positions``: ``<runner>.defined(name, final)``, on the last
+    line of the statement it follows (other lines keep their numbers)."""
+    by_place: dict[tuple[int, int], tuple[list[ast.stmt], list[tuple[str, bool]]]] = {}
+    for name, sites in positions.items():
+        for site in sites:
+            by_place.setdefault((id(site.block), site.index), (site.block, []))[1].append((name, site.final))
+    # From the end of each block back, so that the indices still to use stay valid.
+    for (_, index), (block, names) in sorted(by_place.items(), key=lambda item: item[0][1], reverse=True):
+        stmt = block[index]
         line = stmt.end_lineno or stmt.lineno
-        for name in sorted(by_index[index], reverse=True):
+        for name, final in sorted(names, reverse=True):
             call = ast.parse(
-                f"__import__('hookwrap._script_runner', None, None, ['_defined'])._defined({name!r})"
+                f"__import__('hookwrap._script_runner', None, None, ['_defined'])._defined({name!r}, {final})"
             ).body[0]
             for node in ast.walk(call):
                 if hasattr(node, "lineno"):
                     node.lineno = node.end_lineno = line  # type: ignore[attr-defined]
                     node.col_offset = node.end_col_offset = 0  # type: ignore[attr-defined]
-            tree.body.insert(index + 1, call)
+            block.insert(index + 1, call)
 
 
 _active: list[Runner] = []
 
 
-def _defined(name: str) -> None:
-    _active[-1].defined(name)
+def _defined(name: str, final: bool = True) -> None:
+    _active[-1].defined(name, final)
 
 
 def _script_traceback(tb: TracebackType | None) -> TracebackType | None:

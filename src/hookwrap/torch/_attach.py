@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 import typing
 from collections.abc import Mapping
 from typing import Any, Callable, NamedTuple
@@ -21,8 +22,9 @@ from .. import Callback
 from ..errors import CallbackSignatureError, HookError, closest
 from ..extend import JoinPointInfo, has_join_point, join_points, per_join_point, process_rank, reader
 
-__all__ = ["CountingCallback", "DefaultEvent", "ShippedCallback", "Source", "checked_logger", "from_object",
-           "is_rank_zero", "positive_number", "settle_logger", "to_float", "whole_number"]
+__all__ = ["COUNT", "NUMBER_OR_NONE", "CountingCallback", "DefaultEvent", "Saved", "ShippedCallback", "Source",
+           "checked_logger", "from_object", "is_rank_zero", "positive_number", "saved", "settle_logger", "to_float",
+           "whole_number"]
 
 
 class DefaultEvent(str):
@@ -180,7 +182,44 @@ class CountingCallback(ShippedCallback):
         return {"step": self.step}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.step = state["step"]
+        self.step = saved(state, "step", COUNT, self.where)
+
+
+class Saved(NamedTuple):
+    """What a value of a saved state must be: ``check(value)``, said as ``what``,
+    kept as ``convert(value)``."""
+
+    check: Callable[[Any], bool]
+    what: str
+    convert: Callable[[Any], Any] = lambda value: value
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) >= 0
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isnan(value)
+
+
+COUNT = Saved(_is_count, "a whole number >= 0", int)
+NUMBER_OR_NONE = Saved(lambda value: value is None or _is_number(value), "a number or None",
+                       lambda value: None if value is None else float(value))
+
+
+def saved(state: Mapping[str, Any], key: str, kind: Saved, where: str) -> Any:
+    """``state[key]`` when it is what ``kind`` says (converted), else a TypeError
+    naming the callback, the key and what it must be; a KeyError when it is missing.
+    ``load_callback_state`` catches both and loads nothing. A ``load_state_dict``
+    reads every value through this before it sets any: a bad state leaves the
+    callback as it was (a counter loaded as the string "3" would fail steps later,
+    at ``+= 1``, or compare wrongly for good)."""
+    value = state[key]
+    if not kind.check(value):
+        shown = repr(value)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise TypeError(f"{where}: the saved {key!r} must be {kind.what}, got {shown} ({type(value).__name__})")
+    return kind.convert(value)
 
 
 def whole_number(value: Any, name: str, where: str) -> int:

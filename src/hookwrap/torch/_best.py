@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from ..errors import HookError
 from ..extend import reader
-from ._attach import CountingCallback, Source, to_float
+from ._attach import COUNT, NUMBER_OR_NONE, CountingCallback, Source, saved, to_float
 from .distributed import all_ranks_mean
 
 __all__ = ["Best", "MonitoredCallback"]
@@ -25,6 +25,7 @@ class Best:
             raise HookError(f"{where}: min_delta must be >= 0, got {min_delta!r}.")
         self.mode = mode
         self.min_delta = min_delta
+        self.where = where
         self.value: float | None = None
 
     def improves(self, value: float) -> bool:
@@ -40,7 +41,7 @@ class Best:
         return {"best": self.value}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.value = state["best"]
+        self.value = saved(state, "best", NUMBER_OR_NONE, self.where)
 
 
 class MonitoredCallback(CountingCallback):
@@ -81,6 +82,8 @@ class MonitoredCallback(CountingCallback):
         return {**super().state_dict(), **self.best.state_dict(), "best_step": self.best_step}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        best_step = saved(state, "best_step", COUNT, self.where)
+        saved(state, "best", NUMBER_OR_NONE, self.where)  # checked before anything is set
         super().load_state_dict(state)
         self.best.load_state_dict(state)
-        self.best_step = state["best_step"]
+        self.best_step = best_step

@@ -7,13 +7,14 @@ import math
 import os
 import sys
 import types
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Literal, overload
 
-from ..errors import HookError
+from ..errors import HookError, HookwrapWarning
 from .. import callback_state, load_callback_state
 from ..extend import JoinPointInfo, is_join_point, per_join_point, process_rank, reader, stateful_callbacks
-from ._attach import DefaultEvent, from_object, is_rank_zero, whole_number
+from ._attach import COUNT, NUMBER_OR_NONE, DefaultEvent, Saved, from_object, is_rank_zero, saved, whole_number
 from ._best import MonitoredCallback
 from .distributed import is_distributed, ranks_where, written_on_rank_zero
 from .readback import settle
@@ -33,7 +34,9 @@ class BestCheckpoint(MonitoredCallback):
     attribute of the hooked object, or they are the objects themselves
     (``optimizer=None`` saves the model only). With ``restore_best=True`` the best
     weights are loaded back into the model after ``fit_event`` returns (read the
-    same way from that join point).
+    same way from that join point); a run that saved none (``monitor`` NaN at every
+    evaluation) restores nothing, with a ``HookwrapWarning``, and never loads a file
+    an earlier run left at ``path``.
 
     Under torch.distributed ``monitor`` is the mean over the ranks (one all-reduce
     per evaluation), so every rank agrees on "improved"; rank 0 alone writes, then
@@ -51,6 +54,7 @@ class BestCheckpoint(MonitoredCallback):
         self.model, self.optimizer = model, optimizer
         self.restore_best, self.fit_event = restore_best, fit_event
         self.saved = 0
+        self._evaluations = 0  # values of monitor read in this run (finite or not)
         # The model and optimizer of the call in progress, per event: taken before
         # the call (argument or attribute), used after it, then let go.
         self._held: dict[tuple[str, str], Any] = {}
@@ -83,6 +87,7 @@ class BestCheckpoint(MonitoredCallback):
         return self._held.pop((event, "model"), None), self._held.pop((event, "optimizer"), None)
 
     def observe(self, obj: Any, value: Any) -> None:
+        self._evaluations += 1
         try:
             super().observe(obj, value)
         finally:
@@ -122,11 +127,25 @@ class BestCheckpoint(MonitoredCallback):
     def load_best(self, obj: Any, model: Any = None, optimizer: Any = None) -> None:
         """Load the best weights saved so far into the model (and optimizer):
         ``model`` and ``optimizer`` given, else read from ``obj``. Onto the device of
-        the model's parameters; under torch.distributed on every rank."""
+        the model's parameters; under torch.distributed on every rank. Only a best of
+        this run (or of the state it resumed): when it saved none (``monitor`` never
+        finite) nothing is loaded, and a ``HookwrapWarning`` says why."""
         import torch
 
+        if self.best.value is None:
+            # This run saved nothing: a file at path is an earlier run's (another model's
+            # best, or this one's under other settings), not a best of this run.
+            if self._evaluations:
+                why = (f"{self.monitor} had no finite value at any of its {self._evaluations} "
+                       f"evaluation(s) ({self.event!r}), so none was saved")
+            else:
+                why = f"{self.event!r} never ran, so no value of {self.monitor} was seen"
+            warnings.warn(f"{self.where}: restore_best restored nothing: {why}. The model keeps the "
+                          f"weights it ended with; {str(self.path)!r} was not read.",
+                          HookwrapWarning, stacklevel=2)
+            return
         if not _on_every_rank(self.path.exists(), self.path, self.where):
-            return  # nothing improved yet: the model is as good as it gets
+            return  # saved, then removed by someone else: nothing to load
         if model is None:
             model = from_object(obj, self.model, "model", self.where)
         checkpoint = torch.load(self.path, map_location=_device_of(model), weights_only=True)
@@ -182,7 +201,8 @@ class Checkpoint(MonitoredCallback):
       ``every_n_epochs`` epochs, all kept;
     * ``best-epoch=E-step=N.pt``: the ``save_top_k`` best by ``monitor`` (read from join
       point ``event`` as EarlyStopping reads it; the mean over the ranks under
-      torch.distributed), the others deleted.
+      torch.distributed), the others deleted; ``best-epoch=E-step=N-v1.pt``, ``-v2``,
+      ... for more evaluations at the same step.
 
     Each holds the ``state_dict()`` of ``model``, ``optimizer`` and ``scheduler``,
     the steps and epochs completed, the RNG states (``random``, NumPy's global one
@@ -400,8 +420,7 @@ class Checkpoint(MonitoredCallback):
             worst = self.top_k[-1][0]
             if not (value < worst if self.best.mode == "min" else value > worst):
                 return
-        name = f"best-epoch={self.epoch}-step={self.step}.pt"
-        self.top_k = [entry for entry in self.top_k if entry[2] != name]
+        name = self._free_name(f"best-epoch={self.epoch}-step={self.step}")
         self.top_k.append((value, self.step, name))
         self.top_k.sort(key=lambda entry: entry[0], reverse=self.best.mode == "max")
         for _, _, dropped in self.top_k[self.save_top_k:]:
@@ -411,6 +430,17 @@ class Checkpoint(MonitoredCallback):
                 self._evicted.append(dropped)
         del self.top_k[self.save_top_k:]
         self._pending.add(name)
+
+    def _free_name(self, stem: str) -> str:
+        """``stem.pt``, or ``stem-v1.pt``, ``stem-v2.pt``, ... when a kept, pending or
+        evicted file already has the name: several evaluations at one step are each
+        their own file (one name would be overwritten by the later, worse or not)."""
+        taken = {entry[2] for entry in self.top_k} | self._pending | set(self._evicted)
+        name, version = f"{stem}.pt", 0
+        while name in taken:
+            version += 1
+            name = f"{stem}-v{version}.pt"
+        return name
 
     def _boundary(self, obj: Any) -> None:
         if self._pending:
@@ -432,9 +462,10 @@ class Checkpoint(MonitoredCallback):
                 "top_k": [list(entry) for entry in self.top_k]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        epoch = saved(state, "epoch", COUNT, self.where)  # all checked before anything is set
+        top_k = saved(state, "top_k", _TOP_K, self.where)
         super().load_state_dict(state)
-        self.epoch = state["epoch"]
-        self.top_k = [(float(v), int(s), str(n)) for v, s, n in state["top_k"]]
+        self.epoch, self.top_k = epoch, top_k
 
     def checkpoint(self, obj: Any, model: Any = _NOT_GIVEN, optimizer: Any = _NOT_GIVEN,
                    scheduler: Any = _NOT_GIVEN) -> dict[str, Any]:
@@ -588,6 +619,22 @@ class Checkpoint(MonitoredCallback):
         # evicted since: they are not the best kept any more.
         self.top_k = [entry for entry in self.top_k if (self.dir / entry[2]).is_file()]
         return state
+
+
+def _is_top_k(value: Any) -> bool:
+    """A saved top-k: [value, step, file name] entries, each name a file of the folder
+    (it is deleted when evicted: never a path elsewhere)."""
+    return isinstance(value, (list, tuple)) and all(
+        isinstance(entry, (list, tuple)) and len(entry) == 3
+        and COUNT.check(entry[1]) and _NUMBER.check(entry[0])
+        and isinstance(entry[2], str) and entry[2].endswith(".pt")
+        and entry[2] == os.path.basename(entry[2]) and entry[2] not in ("", ".", "..")
+        for entry in value)
+
+
+_NUMBER = Saved(lambda value: value is not None and NUMBER_OR_NONE.check(value), "a number")
+_TOP_K = Saved(_is_top_k, "a list of [value, step, file name] entries, each name a .pt file of the folder",
+               lambda value: [(float(v), int(s), str(n)) for v, s, n in value])
 
 
 def _check_fits(model: Any, saved: Any, where: str) -> None:

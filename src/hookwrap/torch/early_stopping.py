@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import StopTraining
-from ._attach import DefaultEvent, whole_number
+from ._attach import COUNT, DefaultEvent, saved, whole_number
 from ._best import MonitoredCallback
 
 __all__ = ["EarlyStopping"]
@@ -58,5 +58,6 @@ class EarlyStopping(MonitoredCallback):
         return {**super().state_dict(), "wait": self.wait}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        wait = saved(state, "wait", COUNT, self.where)  # checked before anything is set
         super().load_state_dict(state)
-        self.wait = state["wait"]
+        self.wait = wait

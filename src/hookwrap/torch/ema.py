@@ -8,7 +8,12 @@ from typing import Any, Callable, Iterator
 from ..errors import HookError
 from ..extend import join_points
 from ._around import around_advice
-from ._attach import ShippedCallback
+from ._attach import COUNT, Saved, ShippedCallback, saved
+
+# The average as saved: None before the first update, else a list of tensors.
+_SHADOW = Saved(lambda value: value is None or (isinstance(value, (list, tuple))
+                                                and all(hasattr(t, "detach") for t in value)),
+                "None or a list of tensors")
 
 __all__ = ["EMA"]
 
@@ -150,11 +155,10 @@ class EMA(ShippedCallback):
                 "shadow": None if self.shadow is None else [t.clone() for t in self.shadow]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        shadow = state["shadow"]
-        if shadow is not None and not all(hasattr(t, "detach") for t in shadow):
-            raise HookError(f"{self.where}: the saved state's 'shadow' must be a list of tensors, got "
-                            f"{type(shadow).__name__}.")
-        self.updates = int(state["updates"])
+        # A TypeError, not a HookError: load_callback_state then puts back what it loaded.
+        shadow = saved(state, "shadow", _SHADOW, self.where)
+        updates = saved(state, "updates", COUNT, self.where)
+        self.updates = updates
         self.shadow = None if shadow is None else [t.detach().clone() for t in shadow]
         self._placed = False
 

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from ..errors import CallbackSignatureError, HookError
 from ..extend import JoinPointInfo, join_points, per_join_point
-from ._attach import ShippedCallback, from_object, positive_number
+from ._attach import COUNT, ShippedCallback, from_object, positive_number, saved
 
 __all__ = ["GradAccumulation", "GradClip"]
 
@@ -152,4 +152,4 @@ class GradAccumulation(ShippedCallback):
         return {"calls": self.calls}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.calls = state["calls"]
+        self.calls = saved(state, "calls", COUNT, self.where)
