@@ -537,3 +537,14 @@ def test_describe_shows_where_a_deferring_callback_settles(hw, ht, tmp_path):
     fit_loop.add_callback(ht.MetricsLogger(tmp_path / "n.csv", tensorboard=False))
     assert "settle_at_run_end" in str(hw.describe(fit_loop, "fit"))
     assert "settle" not in str(hw.describe(fit_loop, "step"))  # nothing added per step
+
+
+def test_a_shipped_callback_with_none_of_its_join_points_is_refused(hw, ht, tmp_path):
+    class OnlyForward(hw.Hookable):
+        @hw.hookable
+        def forward(self, x: Any) -> Any:
+            return x
+
+    with pytest.raises(hw.HookError, match=r"OnlyForward has none of the join points it runs on "
+                                           r"\(.*epoch_event='epoch'.*\), so it would never run"):
+        OnlyForward().add_callback(ht.Checkpoint(tmp_path / "ckpt"))

@@ -125,7 +125,21 @@ class ShippedCallback(Callback):
         return Source(event, "return_value", monitor)
 
     def event_methods(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
-        return self.attach(target)
+        return self.attached(target)
+
+    def attached(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
+        """``attach(target)``, refused when it attaches to nothing: a callback whose
+        events the target lacks would never run (every one of its default events
+        was skipped)."""
+        pairs = self.attach(target)
+        if not pairs:
+            on = getattr(target, "__qualname__", getattr(target, "__name__", None)) or "the global tier"
+            settings = ", ".join(f"{name}={value!r}" for name, value in sorted(vars(self).items())
+                                 if name.endswith("_event") and isinstance(value, str))
+            raise HookError(
+                f"{self.where}: {on} has none of the join points it runs on ({settings}), so it would "
+                f"never run. Name yours with those settings, or make them join points (hookwrap.weave).")
+        return pairs
 
     def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
         """The callback's own ``(event, callable)`` pairs; subclasses build them."""
@@ -170,7 +184,7 @@ class CountingCallback(ShippedCallback):
         self.step = 0  # steps started (the current step, while one runs)
 
     def event_methods(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
-        pairs = self.attach(target)
+        pairs = self.attached(target)
         if self.wants(target, self.step_event):
             pairs.insert(0, (f"pre-{self.step_event}", reader(self._count_step, "pre-")))
         return pairs
