@@ -115,7 +115,7 @@ def test_every_name_of_the_extension_api_exists_and_is_documented(ext):
 
 def test_the_worked_examples_of_the_module_docstring_run_and_print_what_they_say(ext):
     examples = re.findall(r"```python\n(.*?)```", ext.__doc__, re.S)
-    assert len(examples) == 2
+    assert len(examples) == 3
     for index, code in enumerate(examples):
         expected = [line.split("# ", 1)[1] for line in code.splitlines() if line.lstrip().startswith("print(")]
         out = io.StringIO()

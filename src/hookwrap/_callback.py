@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import Any, Callable
 
 from ._dispatch import join_point_of
+from ._lifecycle import Defers
 from ._joinpoints import all_join_points, declared_custom_events, target_join_points
 from ._registration import Handle, register_entries, register_global
 from .errors import CallbackSignatureError, HookError, UnknownEventError, closest, safe_repr
@@ -208,6 +209,8 @@ def _event_methods(cb: Callback, target: Any, where: str) -> list[tuple[Any, Any
     except TypeError:
         raise HookError(f"{label}() returned {safe_repr(pairs)}; it must return a list of "
                         f"(event, callable) pairs.") from None
+    if isinstance(cb, Defers):  # where what it holds back is settled (hookwrap.extend.Defers)
+        pairs = cb.with_boundaries(target, pairs)
     for pair in pairs:
         if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str)
                 and callable(pair[1])):

@@ -104,21 +104,22 @@ class Defers:
         when nothing that could be lost is."""
         return ""
 
-    def event_methods(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
-        pairs: list[tuple[str, Callable[..., Any]]] = super().event_methods(target)  # type: ignore[misc]
-        if self.defers():
-            track_deferring(self)
-        return pairs + self.boundary_advice(target, pairs)
-
     # --- the boundaries -------------------------------------------------------------
+
+    def with_boundaries(self, target: Any, pairs: list[tuple[str, Callable[..., Any]]]) \
+            -> list[tuple[str, Callable[..., Any]]]:
+        """``pairs`` (what ``event_methods`` returned) and the boundary advice; called
+        by the registration, whatever ``event_methods`` a subclass defines."""
+        if not self.defers():
+            return pairs
+        track_deferring(self)
+        return pairs + self.boundary_advice(target, pairs)
 
     def boundary_advice(self, target: Any, pairs: list[tuple[str, Callable[..., Any]]]) \
             -> list[tuple[str, Callable[..., Any]]]:
         """``around-`` advice on the join points whose end is a boundary: the run's
         own (``run_event``) where the target has it, else every join point of the
         target (for the global tier: those the callback attaches to)."""
-        if not self.defers():
-            return []
         if not hasattr(self, "_depth"):
             self._depth: dict[int, int] = {}
         run = normalize(self.run_event) if self.run_event else None

@@ -146,6 +146,57 @@ step("a model passed in")
 print(watcher.seen)  # ["the trainer's model", 'a model passed in']
 ```
 
+A callback that holds values back and writes them in batches, settled at the
+end of the loop's outermost call however it ends (here a ``StopTraining``
+raised by another callback of the same event, which runs first):
+
+```python
+import hookwrap as hw
+from hookwrap.extend import Defers, reader
+
+
+class BatchedLog(Defers, hw.Callback):
+    def __init__(self):
+        self.held, self.written = [], []
+
+    def event_methods(self, target):
+        return [("post-loss", reader(self.record, "post-", "return_value"))]
+
+    def record(self, obj, loss):
+        self.held.append(loss)  # no write per step
+
+    def settle(self, obj, ending):  # at each boundary: write what is held
+        self.written += self.held
+        self.held = []
+
+
+class Trainer(hw.Hookable):
+    @hw.hookable
+    def train(self, losses):
+        for value in losses:
+            self.loss(value)
+
+    @hw.hookable
+    def loss(self, value):
+        return value
+
+
+def stop_at_three(self, return_value):
+    if return_value == 3:
+        raise hw.StopTraining("enough")
+    return return_value
+
+
+trainer, log = Trainer(), BatchedLog()
+trainer.add_callback(log)
+trainer.after("loss", stop_at_three)
+try:
+    trainer.train([1, 2, 3, 4])
+except hw.StopTraining:
+    pass
+print(log.written)  # [1, 2, 3]
+```
+
 Everything here is checked when the callback is attached, never per call: a
 reader costs what a function callback asking for the same argument costs.
 """
