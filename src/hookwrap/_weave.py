@@ -29,7 +29,7 @@ from ._owners import changed_class, discard_class_record, is_builtin_type, with_
 from ._registration import Removable
 from .errors import HookError, HookwrapWarning, closest, safe_repr
 from ._events import PHASES, normalize
-from ._traced import drop_compiled_code
+from ._traced import drop_compiled_code, install
 from ._hookable import make_join_point
 
 __all__ = ["WeaveHandle", "weave"]
@@ -68,6 +68,8 @@ class WeaveHandle(Removable):
                 if is_class:  # named before it is stored: a call from another thread finds it whole
                     name_join_point(woven, target, name)
                 setattr(target, name, woven)
+                if is_class:  # named before it was stored, where install() found nothing to replace
+                    install(join_point_of(woven), target, name)
                 self._saved.append((target, name, own, original))
             if is_class:
                 changed_class(target, None, structure=True)
