@@ -76,6 +76,12 @@ class WeaveHandle(Removable):
             drop_compiled_code()
 
     def remove(self) -> None:
+        self._remove(restore=True)
+
+    def _remove(self, restore: bool) -> None:
+        """``restore=False``: forget the weave but leave the attributes as they are now
+        (a preset whose wrapper another preset's wrapper now calls: see
+        integrations._weaving)."""
         with _lock:
             self._removed = True
             for owner, name, own, original in reversed(self._saved):
@@ -84,7 +90,9 @@ class WeaveHandle(Removable):
                 if woven is not None and woven.record is not None:  # a function's registrations
                     woven.record.registrations.clear()  # go with it, and its handles say so
                     woven.record.changed(None)
-                if own:
+                if not restore:
+                    pass
+                elif own:
                     setattr(owner, name, original)
                 else:
                     delattr(owner, name)
