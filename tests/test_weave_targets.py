@@ -358,3 +358,44 @@ def test_weave_takes_target_as_an_event_name(hw):
     with hw.weave(Trainer, target="fit"):
         hw.after(Trainer, "target", lambda self, return_value: return_value + 1)
         assert Trainer().fit() == 2
+
+
+@pytest.mark.parametrize("events", [{}, {"update": "step"}], ids=["own-name", "event-name"])
+def test_weaving_a_base_weaves_the_overrides_its_subclasses_have(hw, events):
+    # weave(torch.optim.Optimizer, "step") wove only the base's step, which every
+    # optimizer class overrides: none of their steps fired, and nothing said so.
+    # Overrides that exist when weaving are woven too, under the same event, as an
+    # override of a @hookable method stays hookable (contract §1).
+    class Base:
+        def step(self, lr: float) -> str:
+            return "base"
+
+    class Own(Base):
+        def step(self, lr: float) -> str:
+            return "own"
+
+    class CallsSuper(Base):
+        def step(self, lr: float) -> str:
+            return super().step(lr) + "+super"
+
+    class Inherits(Own):
+        pass
+
+    class Plain(Base):
+        pass
+
+    event = "update" if events else "step"
+    before = {cls: dict(vars(cls)) for cls in (Base, Own, CallsSuper, Inherits, Plain)}
+    seen: list[str] = []
+    with (hw.weave(Base, **events) if events else hw.weave(Base, "step")):
+        assert "step" not in vars(Inherits) and "step" not in vars(Plain)
+        hw.before(Base, event, lambda self, lr: seen.append(type(self).__name__) or lr)
+        results = [cls().step(0.1) for cls in (Base, Own, CallsSuper, Inherits, Plain)]
+        assert results == ["base", "own", "base+super", "own", "base"]
+        assert seen == ["Base", "Own", "CallsSuper", "Inherits", "Plain"]  # once each
+        own = Own()
+        hw.after(own, event, lambda self, return_value: return_value + "!")
+        assert own.step(0.1) == "own!"
+    assert {cls: dict(vars(cls)) for cls in before} == before
+    seen.clear()
+    assert Own().step(0.1) == "own" and seen == []

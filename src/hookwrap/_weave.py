@@ -32,7 +32,7 @@ from ._events import PHASES, normalize
 from ._traced import drop_compiled_code, install
 from ._hookable import make_join_point
 
-__all__ = ["WeaveHandle", "weave"]
+__all__ = ["WeaveHandle", "weave", "weave_only"]
 
 _lock = threading.Lock()
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
@@ -41,8 +41,9 @@ _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 class WeaveHandle(Removable):
     """Undoes a weave: ``remove()`` puts every original back (idempotent)."""
 
-    def __init__(self, description: str) -> None:
+    def __init__(self, description: str, overrides: bool = True) -> None:
         self.description = description
+        self.overrides = overrides  # also weave the overrides of the class's subclasses
         self.target: Any = None
         self._saved: list[tuple[Any, str, bool, Any]] = []  # (owner, name, was_own, original)
         self._removed = False
@@ -59,20 +60,24 @@ class WeaveHandle(Removable):
             if self._removed:
                 return
             _check_target(target, names, self.description)
-            self.target = target
             is_class = isinstance(target, type)
-            for name, event in names.items():
-                own = name in vars(target)
-                original = _raw_attribute(target, name) if is_class else getattr(target, name)
+            overrides = _overrides(target, names) if is_class and self.overrides else []
+            for klass, name, event in overrides:
+                _check_target(klass, {name: event}, f"{self.description}: subclass {klass.__qualname__}")
+            self.target = target
+            for owner, name, event in [(target, name, event) for name, event in names.items()] + overrides:
+                own = name in vars(owner)
+                original = _raw_attribute(owner, name) if is_class else getattr(owner, name)
                 woven = make_join_point(original, event)
                 if is_class:  # named before it is stored: a call from another thread finds it whole
-                    name_join_point(woven, target, name)
-                setattr(target, name, woven)
+                    name_join_point(woven, owner, name)
+                setattr(owner, name, woven)
                 if is_class:  # named before it was stored, where install() found nothing to replace
-                    install(join_point_of(woven), target, name)
-                self._saved.append((target, name, own, original))
+                    install(join_point_of(woven), owner, name)
+                self._saved.append((owner, name, own, original))
             if is_class:
-                changed_class(target, None, structure=True)
+                for owner in dict.fromkeys([target] + [klass for klass, _, _ in overrides]):
+                    changed_class(owner, None, structure=True)
             drop_compiled_code()
 
     def remove(self) -> None:
@@ -149,6 +154,24 @@ def _check_target(target: Any, names: dict[str, str | None], description: str) -
                 )
 
 
+def _overrides(cls: type, names: dict[str, str | None]) -> list[tuple[type, str, str | None]]:
+    """``(subclass, name, event)`` for each method of ``names`` that a subclass of ``cls``
+    existing now defines in its own body and that is no join point yet: woven with
+    ``cls``, under the same event, as an override of a ``@hookable`` method stays one
+    (a weave of the base alone would never fire for them: ``fires``)."""
+    found = []
+    for klass in with_subclasses(cls):
+        if klass is cls or is_builtin_type(klass):
+            continue
+        for name, event in names.items():
+            value = vars(klass).get(name)
+            if value is None or join_point_of(value, through_wrappers=True) is not None:
+                continue  # inherited, set to None to drop it, or hookable already
+            if callable(value) or isinstance(value, (classmethod, staticmethod)):
+                found.append((klass, name, event))
+    return found
+
+
 def _restore_class(cls: type) -> None:
     """After un-weaving: drop what was built from the woven methods, and leave no
     trace in a class (or subclass) that has no join point left."""
@@ -181,18 +204,29 @@ def _name_of(target: Any) -> str | None:
 def weave(target: Any, /, *names: str, **events: str) -> WeaveHandle:
     """Make ``names`` of ``target`` hookable, each a join point of its own name, and
     each ``event=attribute`` of ``events`` a join point named ``event``
-    (``weave(Trainer, step="training_step")``); returns a handle that restores them."""
+    (``weave(Trainer, step="training_step")``); returns a handle that restores them.
+    A class's subclasses that override one of them (now) are woven with it."""
+    return _weave(target, names, events, overrides=True)
+
+
+def weave_only(target: Any, /, *names: str, **events: str) -> WeaveHandle:
+    """``weave``, leaving the overrides in ``target``'s subclasses as they are: for
+    callers that weave those their own way (the presets, ``torch_optim``)."""
+    return _weave(target, names, events, overrides=False)
+
+
+def _weave(target: Any, names: tuple[str, ...], events: dict[str, str], overrides: bool) -> WeaveHandle:
     label: str = target if isinstance(target, str) else (
         _name_of(target) or safe_repr(target))
     wanted = _wanted(label, names, events)
     if isinstance(target, str):
-        return _weave_on_import(target, wanted)
+        return _weave_on_import(target, wanted, overrides)
     if not isinstance(target, (type, ModuleType)):
         raise HookError(
             f"weave({safe_repr(target)}): the target must be a class, a module, or a dotted "
             f"'package.module:Class' string."
         )
-    handle = WeaveHandle(label)
+    handle = WeaveHandle(label, overrides)
     handle._apply(target, wanted)
     return handle
 
@@ -225,7 +259,7 @@ def _wanted(label: str, names: tuple[str, ...], events: dict[str, str]) -> dict[
     return wanted
 
 
-def _weave_on_import(target: str, wanted: dict[str, str | None]) -> WeaveHandle:
+def _weave_on_import(target: str, wanted: dict[str, str | None], overrides: bool) -> WeaveHandle:
     """A dotted target: woven when its module is imported (now, if it already is)."""
     module_name, colon, attr_path = target.partition(":")
     if not _DOTTED.fullmatch(module_name) or (colon and not _DOTTED.fullmatch(attr_path)) \
@@ -234,7 +268,7 @@ def _weave_on_import(target: str, wanted: dict[str, str | None]) -> WeaveHandle:
             f"weave({target!r}): a dotted target is 'package.module:Class' (a class), "
             f"'package.module:Class.Inner', or 'package.module' (its functions)."
         )
-    handle = WeaveHandle(target)
+    handle = WeaveHandle(target, overrides)
 
     def apply(module: ModuleType, on_import: bool = True) -> None:
         # The module as sys.modules holds it: a package may have replaced itself with

@@ -37,9 +37,8 @@ import weakref
 from types import FunctionType
 from typing import Any, Callable
 
-from ..extend import Removable, is_join_point
+from ..extend import Removable, is_join_point, weave_only
 from ..errors import HookError, StopTraining
-from .. import weave
 
 __all__ = ["PresetHandle", "current_run", "routed", "running", "stage", "stop_while_running", "target_class"]
 
@@ -233,7 +232,7 @@ def stage(handle: PresetHandle, cls: type, event: str, attr: str, *,
     layer = _Layer(cls, attr, fn)
     body = _body(fn)
     _set(handle, cls, attr, body, layer)
-    woven_handle = weave(cls, **{event: attr})
+    woven_handle = weave_only(cls, **{event: attr})  # a subclass's override: weave(MySubclass)
     handle._undo.append(lambda: woven_handle._remove(restore=not layer.buried))
     woven = vars(cls)[attr]
 
