@@ -189,6 +189,15 @@ def plan_step(fn: Callable[..., Any], phase: int, spec: JoinPointSpec, pass_obj:
             f"its coroutine or generator would be taken for its result and never run. Make it a "
             f"plain def."
         )
+    generator = _makes_generator(fn) if spec.is_async else ""
+    if generator:
+        # An async join point awaits a coroutine; a generator is not one.
+        kind = "an async generator function (an async def with yield)" if generator == "async" \
+            else "a generator function (a def with yield)"
+        raise CallbackSignatureError(
+            f"{where}: it is {kind}: calling it only makes a generator, which would be taken for "
+            f"its result and never run. Make it an async def without yield, or a plain def."
+        )
     if phase == AROUND:
         _check_around(params, pass_obj, spec, where)
         return Step(fn, event, label, phase, pass_obj, (), (), gate)
@@ -258,6 +267,16 @@ def _makes_awaitable(fn: Any) -> bool:
         target = target.func
     return inspect.iscoroutinefunction(target) or inspect.isgeneratorfunction(target) \
         or inspect.isasyncgenfunction(target)
+
+
+def _makes_generator(fn: Any) -> str:
+    """'async' or 'sync' when calling ``fn`` makes a generator; '' otherwise."""
+    target = getattr(fn, "__func__", fn)
+    if isinstance(target, functools.partial):
+        target = target.func
+    if inspect.isasyncgenfunction(target):
+        return "async"
+    return "sync" if inspect.isgeneratorfunction(target) else ""
 
 
 def _check_around(params: list[inspect.Parameter], pass_obj: bool, spec: JoinPointSpec, where: str) -> None:
