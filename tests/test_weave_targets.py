@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -95,6 +96,22 @@ def test_weave_refuses_bad_dotted_targets(hw, target):
 def test_weave_of_an_imported_module_names_a_missing_attribute(hw):
     with pytest.raises(hw.HookError, match="json has no attribute 'dumps5'.*Did you mean 'dumps'"):
         hw.weave("json:dumps5", "x")
+
+
+@pytest.mark.parametrize("target, hint", [
+    ("json.dumps", r"json is imported and has no submodule 'dumps'\. dumps is a function of json: "
+                   r"weave it with hookwrap\.weave\('json', 'dumps'\)\."),
+    ("json.decoder.JSONDecoder", r"json\.decoder is imported and is a module, not a package: it has no "
+                                 r"submodule 'JSONDecoder'\. .*hookwrap\.weave\('json\.decoder:JSONDecoder', \.\.\.\)"),
+    ("json.nothing_here", r"json is imported and has no submodule 'nothing_here'\. Check the spelling"),
+    ("os.path.nothing", r"os\.path is imported and is a module, not a package: it has no submodule 'nothing'"),
+])
+def test_weave_of_a_submodule_that_cannot_exist_is_refused_at_once(hw, target, hint):
+    # hw.weave("json.dumps", "x") waited for an import of json.dumps, which cannot
+    # happen: json is imported and has no such submodule.
+    with pytest.raises(hw.HookError, match=rf"weave\('{re.escape(target)}'\): {hint}"):
+        hw.weave(target, "x")
+    assert target not in sys.modules
 
 
 _LAZY_PACKAGE = {

@@ -14,6 +14,7 @@ callbacks written for one loop's event names work on another's. The handle's
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import sys
 import threading
@@ -302,5 +303,39 @@ def _weave_on_import(target: str, wanted: dict[str, str | None], overrides: bool
     if module_name in sys.modules:
         apply(sys.modules[module_name], on_import=False)
     else:
+        why = _never_imported(module_name)
+        if why is not None:
+            raise HookError(f"weave({target!r}): {why}")
         wrapt.register_post_import_hook(apply, module_name)
     return handle
+
+
+def _never_imported(module_name: str) -> str | None:
+    """Why ``module_name`` can never be imported, as its nearest imported parent shows
+    (``json`` is imported and has no submodule ``dumps``), with the fix; None when it
+    may be. Imports nothing: only an imported package's own folder is looked in."""
+    parts = module_name.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        parent = ".".join(parts[:i])
+        if parent in sys.modules:
+            break
+    else:
+        return None  # nothing of it imported yet: it is waited for
+    module, child = sys.modules[parent], parts[i]
+    if getattr(module, "__path__", None) is None:
+        why = f"{parent} is imported and is a module, not a package: it has no submodule {child!r}."
+    else:
+        try:
+            if importlib.util.find_spec(f"{parent}.{child}") is not None:
+                return None
+        except (ImportError, ValueError):  # a package whose finder cannot tell: wait for it
+            return None
+        why = f"{parent} is imported and has no submodule {child!r}."
+    # Read without its __getattr__ (a lazy module's imports).
+    value = getattr(module, "__dict__", {}).get(child)
+    if isinstance(value, type):
+        return f"{why} {parent}.{child} is a class: weave its methods with 'package.module:Class', " \
+               f"hookwrap.weave('{parent}:{child}', ...)."
+    if callable(value):
+        return f"{why} {child} is a function of {parent}: weave it with hookwrap.weave('{parent}', '{child}')."
+    return f"{why} Check the spelling; a class is named 'package.module:Class'."
