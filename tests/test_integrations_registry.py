@@ -3,9 +3,11 @@ each preset's weave function for tools that look one up lazily."""
 
 from __future__ import annotations
 
+import gc
 import importlib
 import subprocess
 import sys
+import weakref
 from typing import Any
 
 import pytest
@@ -74,6 +76,7 @@ def test_two_presets_on_one_method_remove_in_any_order(hw: Any, first_woven: str
     makers = {"stage": weave_stage, "routed": weave_routed}
     handles = {name: makers[name]() for name in sorted(makers, key=lambda name: name != first_woven)}
     held = Engine.backward  # the wrapper on top, kept as a scheduler keeps it
+    wrappers = [weakref.ref(held)]
     loop, seen = Loop(), []
     hw.after(loop.engine, "backward", lambda self, loss: seen.append(("stage", loss)))
     hw.after(loop, "backward", lambda self, loss: seen.append(("routed", loss)))
@@ -90,3 +93,6 @@ def test_two_presets_on_one_method_remove_in_any_order(hw: Any, first_woven: str
     seen.clear()
     assert loop.engine.backward(4.0) == 8.0 and held(loop.engine, 4.0) == 8.0 and seen == []
     assert dict(vars(Engine)) == before
+    del held
+    gc.collect()
+    assert [ref() for ref in wrappers] == [None]  # a removed wrapper (and its join point) is freed

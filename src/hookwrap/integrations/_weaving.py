@@ -45,8 +45,10 @@ __all__ = ["PresetHandle", "current_run", "routed", "running", "stage", "stop_wh
 _STARTED, _DONE, _NOTHING = object(), object(), object()
 _local = threading.local()
 _running: dict[int, int] = {}  # id(owner) -> fit calls running
-# The top function of each removed _Layer (which forwards to what it replaced) -> its layer.
-_removed_tops: weakref.WeakKeyDictionary[Any, _Layer] = weakref.WeakKeyDictionary()
+# The top function of each removed _Layer (which forwards to what it replaced) -> (its
+# class, attribute, whether the class held what it replaced, and that): never the
+# layer, which holds the top, a weak key the value would keep alive.
+_removed_tops: weakref.WeakKeyDictionary[Any, tuple[type, str, bool, Any]] = weakref.WeakKeyDictionary()
 
 
 def _stack(name: str) -> list[Any]:
@@ -152,15 +154,15 @@ def _set(handle: PresetHandle, cls: type, attr: str, value: Any, layer: _Layer |
 def _restore(cls: type, attr: str, own: bool, saved: Any) -> None:
     # A saved value that is the top of a layer removed since forwards to what that
     # layer replaced: put that back instead.
-    while (below := _removed_layer(saved)) is not None and below.cls is cls and below.attr == attr:
-        own, saved = below.own, below.below
+    while (removed := _removed_layer(saved)) is not None and removed[0] is cls and removed[1] == attr:
+        own, saved = removed[2], removed[3]
     if own:
         setattr(cls, attr, saved)
     else:
         delattr(cls, attr)
 
 
-def _removed_layer(value: Any) -> _Layer | None:
+def _removed_layer(value: Any) -> tuple[type, str, bool, Any] | None:
     if type(value) is not FunctionType:  # a layer's top is a function; not every value is weakly referable
         return None
     return _removed_tops.get(value)
@@ -193,7 +195,7 @@ class _Layer:
 
     def _remove(self) -> None:
         self.removed = True
-        _removed_tops[self.top] = self
+        _removed_tops[self.top] = (self.cls, self.attr, self.own, self.below)
         self.top.__wrapped__ = self.below  # what it reaches now (a scan for join points reads it)
         self.buried = vars(self.cls).get(self.attr) is not self.top
 
