@@ -391,6 +391,42 @@ def test_async_and_generator_callbacks_on_a_sync_join_point_are_refused(hw):
         loop.before("step", lambda self: None, when=ready)
 
 
+def test_generator_callbacks_on_an_async_join_point_are_refused(hw):
+    # An async join point awaits a callback's coroutine, but a generator function's
+    # (or async generator function's) call makes a generator, which replaced the
+    # argument it was given, unrun.
+    class Loop(hw.Hookable):
+        @hw.hookable
+        async def step(self, batch):
+            return batch
+
+        @hw.hookable
+        async def stream(self, n):
+            yield n
+
+    loop = Loop()
+
+    def gen(self, batch):
+        yield batch
+
+    async def agen(self, batch):
+        yield batch
+
+    def gen_advice(self, proceed, *args, **kwargs):
+        yield proceed(*args, **kwargs)
+
+    async def agen_advice(self, proceed, *args, **kwargs):
+        yield await proceed(*args, **kwargs)
+
+    cases = [(gen, loop.before, "step"), (agen, loop.before, "step"), (agen, loop.after, "step"),
+             (gen_advice, loop.around, "step"), (agen_advice, loop.around, "stream")]
+    for fn, verb, event in cases:
+        with pytest.raises(hw.CallbackSignatureError,
+                           match=rf"callback .*{fn.__name__}.*is a.* generator function.*Make it an async def without yield"):
+            verb(event, fn)
+    assert asyncio.run(loop.step(3)) == 3
+
+
 # Audit (issue 21) item 10: a proceed is valid only inside its own call.
 
 

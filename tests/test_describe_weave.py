@@ -189,11 +189,12 @@ def test_a_subclass_overriding_a_woven_method_is_named_at_registration(hw):
         def step(self, batch):
             return batch + 1
 
-    class Override(Library):  # the library's own subclass, written before the weave
-        def step(self, batch):
-            return super().step(batch) * 2
-
     with hw.weave(Library, "step"):
+
+        class Override(Library):  # defined after the weave (one defined before is woven with it)
+            def step(self, batch):
+                return super().step(batch) * 2
+
         hw.before(Library(), "step", lambda self, batch: batch)  # the woven class itself: fine
         with pytest.raises(hw.HookError, match=r"Override overrides step\(\) of .*Library.*hookwrap.weave\(.*Override, 'step'\)"):
             hw.before(Override(), "step", lambda self, batch: batch)

@@ -119,3 +119,59 @@ def test_a_sync_generator_refuses_async_callbacks(hw):
 
     with pytest.raises(hw.CallbackSignatureError, match="async"):
         loop.before("batches", pre)
+
+
+def _async_feed(hw: Any, log: list[Any]) -> Any:
+    class Feed(hw.Hookable):
+        @hw.hookable
+        async def feed(self, n):
+            try:
+                i = 0
+                while i < n:
+                    try:
+                        sent = yield i
+                    except KeyError as exc:
+                        log.append(("caught", exc.args[0]))
+                        sent = None
+                        i = 100  # yields 100 next
+                        continue
+                    if sent is not None:
+                        log.append(("sent", sent))
+                    i += 1
+            finally:
+                log.append("finally")
+
+    feed = Feed()
+    feed.before("feed", lambda self: log.append("pre"))
+    feed.after("feed", lambda self: log.append("post"))
+    feed.on_error("feed", lambda self, exception: log.append(("error", type(exception).__name__)))
+    return feed
+
+
+def test_an_async_generator_join_point_forwards_asend_athrow_and_aclose(hw):
+    # The wrapper took items with __anext__/asend only: aclose() never closed the
+    # wrapped generator (its `finally` did not run) and athrow() never reached it.
+    log: list[Any] = []
+    feed = _async_feed(hw, log)
+
+    async def run() -> None:
+        gen = feed.feed(200)
+        assert await gen.__anext__() == 0
+        assert await gen.asend("a") == 1 and log[-1] == ("sent", "a")
+        assert await gen.athrow(KeyError("k")) == 100  # handled inside: its next item
+        assert log[-1] == ("caught", "k")
+        await gen.aclose()
+        assert log == ["pre", ("sent", "a"), ("caught", "k"), "finally"]  # closed early: no post
+
+        log.clear()
+        gen = feed.feed(3)
+        assert await gen.__anext__() == 0
+        with pytest.raises(ValueError, match="bad"):
+            await gen.athrow(ValueError("bad"))  # not handled inside: raised out of it
+        assert log == ["pre", "finally", ("error", "ValueError")]
+
+        log.clear()
+        assert [x async for x in feed.feed(2)] == [0, 1]
+        assert log == ["pre", "finally", "post"]
+
+    asyncio.run(run())

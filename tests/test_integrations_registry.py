@@ -3,9 +3,11 @@ each preset's weave function for tools that look one up lazily."""
 
 from __future__ import annotations
 
+import gc
 import importlib
 import subprocess
 import sys
+import weakref
 from typing import Any
 
 import pytest
@@ -38,3 +40,59 @@ def test_load_returns_the_weave_function(hw: Any) -> None:
     with weave() as handle:
         assert handle.applied and "step" in handle.events
     assert not handle.applied
+
+
+@pytest.mark.parametrize("first_removed", ["stage", "routed"])
+@pytest.mark.parametrize("first_woven", ["stage", "routed"])
+def test_two_presets_on_one_method_remove_in_any_order(hw: Any, first_woven: str, first_removed: str) -> None:
+    # As accelerate's preset (a stage of Accelerator.backward) and transformers' (a
+    # router of it to the trainer) do: each remove() leaves the other's events
+    # firing, and after both the method is the original. A removed preset's wrapper
+    # held elsewhere (torch's LR schedulers wrap optimizer.step per instance) runs
+    # the method it replaced.
+    weaving = importlib.import_module("hookwrap.integrations._weaving")
+
+    class Engine:
+        def backward(self, loss: float) -> float:
+            return loss * 2
+
+    class Loop:
+        def __init__(self) -> None:
+            self.engine = Engine()
+            self.engine.loop = self  # type: ignore[attr-defined]
+
+    original, before = Engine.__dict__["backward"], dict(vars(Engine))
+
+    def weave_stage() -> Any:
+        handle = weaving.PresetHandle("stage")
+        weaving.stage(handle, Engine, "backward", "backward")
+        return handle
+
+    def weave_routed() -> Any:
+        handle = weaving.PresetHandle("routed")
+        weaving.routed(handle, Loop, "backward", Engine, "backward", lambda engine: getattr(engine, "loop", None))
+        return handle
+
+    makers = {"stage": weave_stage, "routed": weave_routed}
+    handles = {name: makers[name]() for name in sorted(makers, key=lambda name: name != first_woven)}
+    held = Engine.backward  # the wrapper on top, kept as a scheduler keeps it
+    wrappers = [weakref.ref(held)]
+    loop, seen = Loop(), []
+    hw.after(loop.engine, "backward", lambda self, loss: seen.append(("stage", loss)))
+    hw.after(loop, "backward", lambda self, loss: seen.append(("routed", loss)))
+    assert loop.engine.backward(1.0) == 2.0 and sorted(seen) == [("routed", 1.0), ("stage", 1.0)]
+    handles.pop(first_removed).remove()
+    kept = "routed" if first_removed == "stage" else "stage"
+    for call in (loop.engine.backward, lambda loss: held(loop.engine, loss)):
+        seen.clear()
+        assert call(3.0) == 6.0 and seen == [(kept, 3.0)]
+    with pytest.raises(hw.UnknownEventError):
+        hw.before(loop.engine if first_removed == "stage" else loop, "backward", lambda self: None)
+    handles.pop(kept).remove()
+    assert Engine.__dict__["backward"] is original and dict(vars(Engine)) == before
+    seen.clear()
+    assert loop.engine.backward(4.0) == 8.0 and held(loop.engine, 4.0) == 8.0 and seen == []
+    assert dict(vars(Engine)) == before
+    del held
+    gc.collect()
+    assert [ref() for ref in wrappers] == [None]  # a removed wrapper (and its join point) is freed

@@ -178,3 +178,52 @@ def test_every_shipped_callback_attaches_with_its_default_events(hw, preset, tmp
         assert names.count("loss") == 4 and names.count("grad_norm") == 4 and names.count("eval_loss") == 2
         assert [step for step, name, _ in rows if name == "loss"] == [1, 2, 3, 4]
         assert "epoch 1" in bar.getvalue() and (tmp_path / "best.pt").exists()
+
+
+@pytest.mark.parametrize("first_removed", ["accelerate", "transformers"])
+@pytest.mark.parametrize("first_woven", ["accelerate", "transformers"])
+def test_two_presets_routing_the_same_method_remove_in_any_order(hw, preset, tmp_path, first_woven, first_removed):
+    # Both presets patch Accelerator.backward and AcceleratedOptimizer.step. Removing
+    # the one woven first used to put its saved attribute back over the other's
+    # router (whose events then stopped), and the other's remove() then put the
+    # first one's wrapper back.
+    from accelerate import Accelerator
+    from accelerate.optimizer import AcceleratedOptimizer
+
+    accelerate_preset = importlib.import_module("hookwrap.integrations.accelerate")
+
+    def snapshot() -> Any:
+        return [dict(vars(c)) for c in (hf.Trainer, Accelerator, AcceleratedOptimizer)]
+
+    before = snapshot()
+    weaves = {"accelerate": accelerate_preset.weave, "transformers": preset.weave}
+    handles = {name: weaves[name]() for name in sorted(weaves, key=lambda name: name != first_woven)}
+    try:
+        trainer = tiny_trainer(tmp_path, steps=2)
+        counts = {"backward": 0, "optimizer_step": 0, "accelerator": 0}
+
+        def count(event: str) -> Any:
+            def callback(self: Any) -> None:
+                counts[event] += 1
+            return callback
+
+        hw.after(trainer, "backward", count("backward"))
+        hw.after(trainer, "optimizer_step", count("optimizer_step"))
+        hw.after(trainer.accelerator, "backward", count("accelerator"))
+        trainer.train()
+        assert counts == {"backward": 2, "optimizer_step": 2, "accelerator": 2}
+        handles.pop(first_removed).remove()
+        counts = dict.fromkeys(counts, 0)
+        trainer.train()
+        if first_removed == "accelerate":  # the trainer's events still fire
+            assert counts == {"backward": 2, "optimizer_step": 2, "accelerator": 0}
+            with pytest.raises(hw.UnknownEventError):
+                hw.before(trainer.accelerator, "backward", lambda self: None)
+        else:  # the accelerator's events still fire
+            assert counts == {"backward": 0, "optimizer_step": 0, "accelerator": 2}
+            with pytest.raises(hw.UnknownEventError):
+                hw.before(trainer, "backward", lambda self: None)
+    finally:
+        for handle in handles.values():
+            handle.remove()
+    assert snapshot() == before

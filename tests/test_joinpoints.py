@@ -309,6 +309,34 @@ def test_hookable_method_on_a_plain_class_works_without_callbacks(hw):
     assert Plain.step(Plain(), 2) == 3
 
 
+@pytest.mark.parametrize("called_first", [False, True], ids=["registered-first", "called-first"])
+def test_registering_through_a_plain_class_methods_attribute_is_the_class_tier(hw, called_first):
+    # Pure twin: a plain (not Hookable) class's join point is stored as a function,
+    # which Python never names (no __set_name__), so Plain.step.before(fn)
+    # registered on a function whose `self` is an argument: fn had to return
+    # (self, x). It registers on the class, as on the compiled twin.
+    class Plain:
+        @hw.hookable
+        def step(self, x):
+            return x + 1
+
+    obj = Plain()
+    if called_first:
+        assert obj.step(1) == 2
+    seen: list[tuple[str, int]] = []
+
+    def fn(self, x):
+        seen.append((type(self).__name__, x))
+        return x * 10
+
+    handle = Plain.step.before(fn)
+    assert obj.step(2) == 21 and Plain().step(3) == 31
+    assert seen == [("Plain", 2), ("Plain", 3)]
+    assert "Plain" in str(hw.describe(Plain, "step"))
+    handle.remove()
+    assert obj.step(2) == 3
+
+
 def test_callable_object_join_point(hw):
     class Scale:
         def __call__(self, x):

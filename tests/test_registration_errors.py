@@ -59,6 +59,23 @@ def test_first_parameter_named_like_an_argument_means_self_was_forgotten(hw):
         t.before("loss", pre)
 
 
+@pytest.mark.parametrize("verb, name", [("after", "return_value"), ("on_error", "exception"),
+                                        ("before", "return_value")])
+def test_first_parameter_named_return_value_or_exception_means_self_was_forgotten(hw, verb, name):
+    # `obj.after("step", lambda return_value: ...)` on a method join point was
+    # accepted, and the call then failed with a contract error about a return value.
+    t = make_trainer(hw)()
+    with pytest.raises(
+        hw.CallbackSignatureError,
+        match=rf"first parameter {name!r} would receive the hooked object.*"
+              rf"`def <lambda>\(self, {name}, \.\.\.\)`.*Valid names \(after `self`\): batch, scale",
+    ):
+        getattr(t, verb)("loss", (lambda return_value: return_value) if name == "return_value"
+                         else (lambda exception: None))
+    assert t.callbacks == []
+    assert t.compute_loss(2) == 2
+
+
 def test_return_value_is_for_post_callbacks_only(hw):
     t = make_trainer(hw)()
     with pytest.raises(

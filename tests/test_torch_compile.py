@@ -364,3 +364,44 @@ def test_a_full_collection_while_torch_compile_works_keeps_the_chains_it_traced(
     if chain is not None:
         assert jp._chain is not chain
     assert loop.step(2) == 2
+
+
+@pytest.mark.parametrize("with_callback", [False, True], ids=["bare", "with-callback"])
+@pytest.mark.parametrize("woven_class", ["user-module", "linear"])
+def test_torch_compile_of_a_module_whose_own_forward_is_woven(hw, woven_class, with_callback):
+    # weave() stored the bare compiled join point as `forward`, where torch.compile
+    # (Dynamo's trace_rules) asks for the source file of the module's forward:
+    # "getfile returned None for function/method <bound method GPT.forward ...>".
+    class GPT(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = nn.Linear(4, 3)
+
+        def forward(self, x):
+            return self.linear(x).relu()
+
+    cls = GPT if woven_class == "user-module" else nn.Linear
+    original = cls.__dict__["forward"]
+    torch.manual_seed(0)
+    model = GPT() if cls is GPT else nn.Linear(4, 3)
+    x = torch.randn(2, 4)
+    plain = model(x)
+    woven = hw.weave(cls, "forward")
+    try:
+        seen: list[tuple[int, ...]] = []
+        if with_callback:
+            def record(self, return_value):
+                seen.append(tuple(return_value.shape))
+                return return_value
+
+            hw.after(cls, "forward", record)
+        uncompiled = model(x)
+        assert torch.equal(uncompiled, plain)
+        compiled = torch.compile(model, backend="eager")
+        for _ in range(2):
+            assert torch.equal(compiled(x), uncompiled)
+        assert seen == ([(2, 3)] * 3 if with_callback else [])
+    finally:
+        woven.remove()
+    assert cls.__dict__["forward"] is original
+    assert torch.equal(torch.compile(model, backend="eager")(x), plain)

@@ -159,3 +159,28 @@ def test_a_second_weave_is_refused_and_remove_is_idempotent(hw):
         handle.remove()
     handle.remove()
     preset.weave_optimizers().remove()  # free again
+
+
+def test_weaving_the_optimizer_base_class_fires_for_every_optimizer(hw):
+    # hw.weave(torch.optim.Optimizer, "step") wove only the base's step, which
+    # every optimizer class overrides: 0 of 5 SGD steps fired, and nothing said so.
+    # The overrides are woven with it (an optimizer made before the weave included).
+    chosen = (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW)
+    made = {cls: (cls(_model(cls)[0].parameters(), lr=0.1), *_model(cls)) for cls in chosen}
+    classes = [torch.optim.Optimizer, *OPTIMIZERS]
+    before = {cls: dict(vars(cls)) for cls in classes}  # after torch's profiler wrapped their step
+    seen: list[str] = []
+    with hw.weave(torch.optim.Optimizer, "step"):
+        hw.after(torch.optim.Optimizer, "step", lambda self: seen.append(type(self).__name__))
+        for cls in chosen:
+            module, loss_fn = _model(cls)
+            _steps(cls(module.parameters(), lr=0.1), module, loss_fn, 5)
+        opt, module, loss_fn = made[torch.optim.SGD]
+        opt.param_groups[0]["params"] = list(module.parameters())
+        _steps(opt, module, loss_fn, 1)
+        assert seen == ["SGD"] * 5 + ["Adam"] * 5 + ["AdamW"] * 5 + ["SGD"]
+    assert {cls: dict(vars(cls)) for cls in classes} == before
+    seen.clear()
+    module, loss_fn = _model(torch.optim.SGD)
+    _steps(torch.optim.SGD(module.parameters(), lr=0.1), module, loss_fn, 2)
+    assert seen == []

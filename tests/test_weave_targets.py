@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -95,6 +96,22 @@ def test_weave_refuses_bad_dotted_targets(hw, target):
 def test_weave_of_an_imported_module_names_a_missing_attribute(hw):
     with pytest.raises(hw.HookError, match="json has no attribute 'dumps5'.*Did you mean 'dumps'"):
         hw.weave("json:dumps5", "x")
+
+
+@pytest.mark.parametrize("target, hint", [
+    ("json.dumps", r"json is imported and has no submodule 'dumps'\. dumps is a function of json: "
+                   r"weave it with hookwrap\.weave\('json', 'dumps'\)\."),
+    ("json.decoder.JSONDecoder", r"json\.decoder is imported and is a module, not a package: it has no "
+                                 r"submodule 'JSONDecoder'\. .*hookwrap\.weave\('json\.decoder:JSONDecoder', \.\.\.\)"),
+    ("json.nothing_here", r"json is imported and has no submodule 'nothing_here'\. Check the spelling"),
+    ("os.path.nothing", r"os\.path is imported and is a module, not a package: it has no submodule 'nothing'"),
+])
+def test_weave_of_a_submodule_that_cannot_exist_is_refused_at_once(hw, target, hint):
+    # hw.weave("json.dumps", "x") waited for an import of json.dumps, which cannot
+    # happen: json is imported and has no such submodule.
+    with pytest.raises(hw.HookError, match=rf"weave\('{re.escape(target)}'\): {hint}"):
+        hw.weave(target, "x")
+    assert target not in sys.modules
 
 
 _LAZY_PACKAGE = {
@@ -358,3 +375,44 @@ def test_weave_takes_target_as_an_event_name(hw):
     with hw.weave(Trainer, target="fit"):
         hw.after(Trainer, "target", lambda self, return_value: return_value + 1)
         assert Trainer().fit() == 2
+
+
+@pytest.mark.parametrize("events", [{}, {"update": "step"}], ids=["own-name", "event-name"])
+def test_weaving_a_base_weaves_the_overrides_its_subclasses_have(hw, events):
+    # weave(torch.optim.Optimizer, "step") wove only the base's step, which every
+    # optimizer class overrides: none of their steps fired, and nothing said so.
+    # Overrides that exist when weaving are woven too, under the same event, as an
+    # override of a @hookable method stays hookable (contract §1).
+    class Base:
+        def step(self, lr: float) -> str:
+            return "base"
+
+    class Own(Base):
+        def step(self, lr: float) -> str:
+            return "own"
+
+    class CallsSuper(Base):
+        def step(self, lr: float) -> str:
+            return super().step(lr) + "+super"
+
+    class Inherits(Own):
+        pass
+
+    class Plain(Base):
+        pass
+
+    event = "update" if events else "step"
+    before = {cls: dict(vars(cls)) for cls in (Base, Own, CallsSuper, Inherits, Plain)}
+    seen: list[str] = []
+    with (hw.weave(Base, **events) if events else hw.weave(Base, "step")):
+        assert "step" not in vars(Inherits) and "step" not in vars(Plain)
+        hw.before(Base, event, lambda self, lr: seen.append(type(self).__name__) or lr)
+        results = [cls().step(0.1) for cls in (Base, Own, CallsSuper, Inherits, Plain)]
+        assert results == ["base", "own", "base+super", "own", "base"]
+        assert seen == ["Base", "Own", "CallsSuper", "Inherits", "Plain"]  # once each
+        own = Own()
+        hw.after(own, event, lambda self, return_value: return_value + "!")
+        assert own.step(0.1) == "own!"
+    assert {cls: dict(vars(cls)) for cls in before} == before
+    seen.clear()
+    assert Own().step(0.1) == "own" and seen == []

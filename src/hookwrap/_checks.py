@@ -130,7 +130,7 @@ def fitting_step(registration: Registration, spec: JoinPointSpec) -> Any:
 def check_custom_callback(fn: Any, where: str, pass_obj: bool) -> None:
     """A custom event callback gets keywords by name: no ``*args``/``**kwargs``."""
     if not callable(fn):
-        raise HookError(f"{where}: {safe_repr(fn)} is not callable; register a function.")
+        raise HookError(f"{where}: the callback {safe_repr(fn)} is not callable; register a function.")
     try:
         params = callback_parameters(fn)
     except (TypeError, ValueError):

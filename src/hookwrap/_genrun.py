@@ -19,6 +19,8 @@ from .errors import StopTraining
 
 __all__ = ["run_chain_async_generator", "run_chain_generator"]
 
+_EXHAUSTED = object()
+
 
 def _call(chain: Any, func: Callable[..., Any], obj: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
     if chain.around:
@@ -48,13 +50,26 @@ async def run_chain_async_generator(chain: Any, func: Callable[..., Any], obj: A
                                             tuple(args[1:] if chain.around[0].pass_obj else args), kwargs)
         else:
             inner = func(*args, **kwargs)
-        sent = None
-        while True:
+        # `yield from inner`, which async generators lack (PEP 525), as PEP 380 expands
+        # it: each item, value sent, exception thrown and the close reach `inner`.
+        try:
+            item = await inner.__anext__()
+        except StopAsyncIteration:
+            item = _EXHAUSTED
+        while item is not _EXHAUSTED:
             try:
-                item = await (inner.asend(sent) if sent is not None else inner.__anext__())
+                sent = yield item
+            except GeneratorExit:
+                await inner.aclose()  # the wrapped generator's `finally` runs
+                raise
+            except BaseException as exc:
+                step = inner.athrow(exc)
+            else:
+                step = inner.__anext__() if sent is None else inner.asend(sent)
+            try:
+                item = await step
             except StopAsyncIteration:
-                break
-            sent = yield item
+                item = _EXHAUSTED
         await run_steps_async(chain.post, obj, args, kwargs, None)
     except Exception as exc:
         if chain.error and not isinstance(exc, StopTraining):

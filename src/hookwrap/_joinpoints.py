@@ -8,7 +8,7 @@ from typing import Any
 
 from ._dispatch import JoinPoint, join_point_of
 from ._policy import FUNCTION, METHOD
-from ._owners import class_record, function_record, lock
+from ._owners import class_record, function_record, is_builtin_type, lock, with_subclasses
 from .errors import HookError, UnknownEventError, closest
 from ._events import PHASES, normalize
 from ._signature import JoinPointSpec
@@ -17,6 +17,7 @@ __all__ = [
     "all_join_points",
     "declared_custom_events",
     "find_join_point",
+    "find_owner",
     "fires",
     "has_join_points",
     "join_points",
@@ -62,6 +63,28 @@ def name_join_point(value: Any, owner: type, name: str) -> None:
         if jp.record is not None:
             function_record(jp).changed(None)
         jp.planner.named(jp, owner, name)  # as the compiled twin's __set_name__ does
+
+
+def find_owner(jp: Any) -> tuple[type, str] | None:
+    """The class and attribute holding ``jp`` where nothing named it: the pure twin
+    stores a join point as a plain function, which Python names in no class
+    (``__set_name__``), and a class that is not ``Hookable`` does not scan itself.
+    Found by the function's ``__qualname__`` (``Plain.step``: defined in a class
+    body), for a registration through the attribute (``Plain.step.before(fn)``);
+    None for a plain function. Walks the classes once per join point: only until
+    it is named."""
+    qualname = getattr(jp.func, "__qualname__", "")
+    owner_name = qualname.rpartition(".")[0]
+    if not owner_name or owner_name.endswith("<locals>"):
+        return None  # a module's function, or one defined inside a function
+    module = getattr(jp.func, "__module__", None)
+    for klass in with_subclasses(object):
+        if klass.__qualname__ != owner_name or klass.__module__ != module or is_builtin_type(klass):
+            continue
+        for attr, value in list(vars(klass).items()):
+            if join_point_of(value) is jp:
+                return klass, attr
+    return None
 
 
 def join_points(tp: type) -> dict[str, Any]:

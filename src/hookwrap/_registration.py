@@ -15,7 +15,7 @@ from ._dispatch import join_point_of
 from ._instances import instance_state
 from ._tiers import class_entries
 from ._policy import FUNCTION
-from ._joinpoints import all_join_points, has_join_points, spec_of
+from ._joinpoints import all_join_points, find_owner, has_join_points, name_join_point, spec_of
 from ._owners import (
     GLOBAL,
     class_record,
@@ -176,8 +176,12 @@ def register_entries(target: Any, registrations: list[Registration], where: str)
             _check_function(function, entries, where)
         return _add_all([(function_record(function), entries) for function, entries in by_function.items()])
     if jp is not None and jp.binding == FUNCTION and jp.owner is None:
-        _check_function(jp, registrations, where)
-        return _add(function_record(jp), registrations)
+        found = find_owner(jp)
+        if found is not None:  # a method Python never named (pure twin, a plain class)
+            name_join_point(vars(found[0])[found[1]], *found)
+        else:
+            _check_function(jp, registrations, where)
+            return _add(function_record(jp), registrations)
     if jp is not None:  # a method join point: its class
         target = jp.owner
     if isinstance(target, type):

@@ -53,6 +53,7 @@ _EXCEPTION_REF = ArgRef(EXCEPTION, -1, "exception", MISSING, None)
 PHASE_NAMES = {PRE: "pre", POST: "post", AROUND: "around", ERROR: "error"}
 # The extra name each phase may ask for, beside the join point's arguments.
 _SPECIAL = {POST: ("return_value", _RETURN_REF), ERROR: ("exception", _EXCEPTION_REF)}
+_SPECIAL_NAMES = frozenset(name for name, _ in _SPECIAL.values())
 
 
 class JoinPointSpec:
@@ -189,6 +190,15 @@ def plan_step(fn: Callable[..., Any], phase: int, spec: JoinPointSpec, pass_obj:
             f"its coroutine or generator would be taken for its result and never run. Make it a "
             f"plain def."
         )
+    generator = _makes_generator(fn) if spec.is_async else ""
+    if generator:
+        # An async join point awaits a coroutine; a generator is not one.
+        kind = "an async generator function (an async def with yield)" if generator == "async" \
+            else "a generator function (a def with yield)"
+        raise CallbackSignatureError(
+            f"{where}: it is {kind}: calling it only makes a generator, which would be taken for "
+            f"its result and never run. Make it an async def without yield, or a plain def."
+        )
     if phase == AROUND:
         _check_around(params, pass_obj, spec, where)
         return Step(fn, event, label, phase, pass_obj, (), (), gate)
@@ -203,14 +213,19 @@ def plan_step(fn: Callable[..., Any], phase: int, spec: JoinPointSpec, pass_obj:
         if not params or params[0].kind == _P.KEYWORD_ONLY:
             raise CallbackSignatureError(
                 f"{where}: takes no `self` parameter. Its first parameter receives the "
-                f"hooked object; write `def {getattr(fn, '__name__', 'callback')}(self, ...)`."
+                f"hooked object; write `def {getattr(fn, '__name__', 'callback')}(self, ...)`. "
+                f"Valid names (after `self`): {spec.valid_names(phase)}."
             )
         first = params[0]
-        if first.name in spec.refs and first.name != spec.obj_name:
+        # return_value and exception name no argument, but are never the object either.
+        if (first.name in spec.refs or first.name in _SPECIAL_NAMES) and first.name != spec.obj_name:
+            what = f"the argument {first.name!r}" if first.name in spec.refs else \
+                ("the result" if first.name == "return_value" else "the exception")
             raise CallbackSignatureError(
                 f"{where}: its first parameter {first.name!r} would receive the hooked "
-                f"object, not the argument {first.name!r}. Add `self` before it: "
-                f"`def {getattr(fn, '__name__', 'callback')}(self, {first.name}, ...)`."
+                f"object, not {what}. Add `self` before it: "
+                f"`def {getattr(fn, '__name__', 'callback')}(self, {first.name}, ...)`. "
+                f"Valid names (after `self`): {spec.valid_names(phase)}."
             )
         params = params[1:]
     refs: list[Any] = []
@@ -258,6 +273,16 @@ def _makes_awaitable(fn: Any) -> bool:
         target = target.func
     return inspect.iscoroutinefunction(target) or inspect.isgeneratorfunction(target) \
         or inspect.isasyncgenfunction(target)
+
+
+def _makes_generator(fn: Any) -> str:
+    """'async' or 'sync' when calling ``fn`` makes a generator; '' otherwise."""
+    target = getattr(fn, "__func__", fn)
+    if isinstance(target, functools.partial):
+        target = target.func
+    if inspect.isasyncgenfunction(target):
+        return "async"
+    return "sync" if inspect.isgeneratorfunction(target) else ""
 
 
 def _check_around(params: list[inspect.Parameter], pass_obj: bool, spec: JoinPointSpec, where: str) -> None:

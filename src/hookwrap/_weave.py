@@ -14,6 +14,7 @@ callbacks written for one loop's event names work on another's. The handle's
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import sys
 import threading
@@ -29,10 +30,10 @@ from ._owners import changed_class, discard_class_record, is_builtin_type, with_
 from ._registration import Removable
 from .errors import HookError, HookwrapWarning, closest, safe_repr
 from ._events import PHASES, normalize
-from ._traced import drop_compiled_code
+from ._traced import drop_compiled_code, install
 from ._hookable import make_join_point
 
-__all__ = ["WeaveHandle", "weave"]
+__all__ = ["WeaveHandle", "weave", "weave_only"]
 
 _lock = threading.Lock()
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
@@ -41,8 +42,9 @@ _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 class WeaveHandle(Removable):
     """Undoes a weave: ``remove()`` puts every original back (idempotent)."""
 
-    def __init__(self, description: str) -> None:
+    def __init__(self, description: str, overrides: bool = True) -> None:
         self.description = description
+        self.overrides = overrides  # also weave the overrides of the class's subclasses
         self.target: Any = None
         self._saved: list[tuple[Any, str, bool, Any]] = []  # (owner, name, was_own, original)
         self._removed = False
@@ -59,21 +61,33 @@ class WeaveHandle(Removable):
             if self._removed:
                 return
             _check_target(target, names, self.description)
-            self.target = target
             is_class = isinstance(target, type)
-            for name, event in names.items():
-                own = name in vars(target)
-                original = _raw_attribute(target, name) if is_class else getattr(target, name)
+            overrides = _overrides(target, names) if is_class and self.overrides else []
+            for klass, name, event in overrides:
+                _check_target(klass, {name: event}, f"{self.description}: subclass {klass.__qualname__}")
+            self.target = target
+            for owner, name, event in [(target, name, event) for name, event in names.items()] + overrides:
+                own = name in vars(owner)
+                original = _raw_attribute(owner, name) if is_class else getattr(owner, name)
                 woven = make_join_point(original, event)
                 if is_class:  # named before it is stored: a call from another thread finds it whole
-                    name_join_point(woven, target, name)
-                setattr(target, name, woven)
-                self._saved.append((target, name, own, original))
+                    name_join_point(woven, owner, name)
+                setattr(owner, name, woven)
+                if is_class:  # named before it was stored, where install() found nothing to replace
+                    install(join_point_of(woven), owner, name)
+                self._saved.append((owner, name, own, original))
             if is_class:
-                changed_class(target, None, structure=True)
+                for owner in dict.fromkeys([target] + [klass for klass, _, _ in overrides]):
+                    changed_class(owner, None, structure=True)
             drop_compiled_code()
 
     def remove(self) -> None:
+        self._remove(restore=True)
+
+    def _remove(self, restore: bool) -> None:
+        """``restore=False``: forget the weave but leave the attributes as they are now
+        (a preset whose wrapper another preset's wrapper now calls: see
+        integrations._weaving)."""
         with _lock:
             self._removed = True
             for owner, name, own, original in reversed(self._saved):
@@ -82,7 +96,9 @@ class WeaveHandle(Removable):
                 if woven is not None and woven.record is not None:  # a function's registrations
                     woven.record.registrations.clear()  # go with it, and its handles say so
                     woven.record.changed(None)
-                if own:
+                if not restore:
+                    pass
+                elif own:
                     setattr(owner, name, original)
                 else:
                     delattr(owner, name)
@@ -139,6 +155,24 @@ def _check_target(target: Any, names: dict[str, str | None], description: str) -
                 )
 
 
+def _overrides(cls: type, names: dict[str, str | None]) -> list[tuple[type, str, str | None]]:
+    """``(subclass, name, event)`` for each method of ``names`` that a subclass of ``cls``
+    existing now defines in its own body and that is no join point yet: woven with
+    ``cls``, under the same event, as an override of a ``@hookable`` method stays one
+    (a weave of the base alone would never fire for them: ``fires``)."""
+    found = []
+    for klass in with_subclasses(cls):
+        if klass is cls or is_builtin_type(klass):
+            continue
+        for name, event in names.items():
+            value = vars(klass).get(name)
+            if value is None or join_point_of(value, through_wrappers=True) is not None:
+                continue  # inherited, set to None to drop it, or hookable already
+            if callable(value) or isinstance(value, (classmethod, staticmethod)):
+                found.append((klass, name, event))
+    return found
+
+
 def _restore_class(cls: type) -> None:
     """After un-weaving: drop what was built from the woven methods, and leave no
     trace in a class (or subclass) that has no join point left."""
@@ -171,18 +205,29 @@ def _name_of(target: Any) -> str | None:
 def weave(target: Any, /, *names: str, **events: str) -> WeaveHandle:
     """Make ``names`` of ``target`` hookable, each a join point of its own name, and
     each ``event=attribute`` of ``events`` a join point named ``event``
-    (``weave(Trainer, step="training_step")``); returns a handle that restores them."""
+    (``weave(Trainer, step="training_step")``); returns a handle that restores them.
+    A class's subclasses that override one of them (now) are woven with it."""
+    return _weave(target, names, events, overrides=True)
+
+
+def weave_only(target: Any, /, *names: str, **events: str) -> WeaveHandle:
+    """``weave``, leaving the overrides in ``target``'s subclasses as they are: for
+    callers that weave those their own way (the presets, ``torch_optim``)."""
+    return _weave(target, names, events, overrides=False)
+
+
+def _weave(target: Any, names: tuple[str, ...], events: dict[str, str], overrides: bool) -> WeaveHandle:
     label: str = target if isinstance(target, str) else (
         _name_of(target) or safe_repr(target))
     wanted = _wanted(label, names, events)
     if isinstance(target, str):
-        return _weave_on_import(target, wanted)
+        return _weave_on_import(target, wanted, overrides)
     if not isinstance(target, (type, ModuleType)):
         raise HookError(
             f"weave({safe_repr(target)}): the target must be a class, a module, or a dotted "
             f"'package.module:Class' string."
         )
-    handle = WeaveHandle(label)
+    handle = WeaveHandle(label, overrides)
     handle._apply(target, wanted)
     return handle
 
@@ -215,7 +260,7 @@ def _wanted(label: str, names: tuple[str, ...], events: dict[str, str]) -> dict[
     return wanted
 
 
-def _weave_on_import(target: str, wanted: dict[str, str | None]) -> WeaveHandle:
+def _weave_on_import(target: str, wanted: dict[str, str | None], overrides: bool) -> WeaveHandle:
     """A dotted target: woven when its module is imported (now, if it already is)."""
     module_name, colon, attr_path = target.partition(":")
     if not _DOTTED.fullmatch(module_name) or (colon and not _DOTTED.fullmatch(attr_path)) \
@@ -224,7 +269,7 @@ def _weave_on_import(target: str, wanted: dict[str, str | None]) -> WeaveHandle:
             f"weave({target!r}): a dotted target is 'package.module:Class' (a class), "
             f"'package.module:Class.Inner', or 'package.module' (its functions)."
         )
-    handle = WeaveHandle(target)
+    handle = WeaveHandle(target, overrides)
 
     def apply(module: ModuleType, on_import: bool = True) -> None:
         # The module as sys.modules holds it: a package may have replaced itself with
@@ -258,5 +303,39 @@ def _weave_on_import(target: str, wanted: dict[str, str | None]) -> WeaveHandle:
     if module_name in sys.modules:
         apply(sys.modules[module_name], on_import=False)
     else:
+        why = _never_imported(module_name)
+        if why is not None:
+            raise HookError(f"weave({target!r}): {why}")
         wrapt.register_post_import_hook(apply, module_name)
     return handle
+
+
+def _never_imported(module_name: str) -> str | None:
+    """Why ``module_name`` can never be imported, as its nearest imported parent shows
+    (``json`` is imported and has no submodule ``dumps``), with the fix; None when it
+    may be. Imports nothing: only an imported package's own folder is looked in."""
+    parts = module_name.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        parent = ".".join(parts[:i])
+        if parent in sys.modules:
+            break
+    else:
+        return None  # nothing of it imported yet: it is waited for
+    module, child = sys.modules[parent], parts[i]
+    if getattr(module, "__path__", None) is None:
+        why = f"{parent} is imported and is a module, not a package: it has no submodule {child!r}."
+    else:
+        try:
+            if importlib.util.find_spec(f"{parent}.{child}") is not None:
+                return None
+        except (ImportError, ValueError):  # a package whose finder cannot tell: wait for it
+            return None
+        why = f"{parent} is imported and has no submodule {child!r}."
+    # Read without its __getattr__ (a lazy module's imports).
+    value = getattr(module, "__dict__", {}).get(child)
+    if isinstance(value, type):
+        return f"{why} {parent}.{child} is a class: weave its methods with 'package.module:Class', " \
+               f"hookwrap.weave('{parent}:{child}', ...)."
+    if callable(value):
+        return f"{why} {child} is a function of {parent}: weave it with hookwrap.weave('{parent}', '{child}')."
+    return f"{why} Check the spelling; a class is named 'package.module:Class'."

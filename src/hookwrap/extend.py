@@ -42,7 +42,9 @@ shipped ones do:
 * **Return a handle** that undoes what you did: subclass ``Removable``
   (``remove()``, and a context manager removing on exit), as
   ``hookwrap.integrations``' presets do; ``is_join_point`` tells whether an
-  attribute is already hookable (woven or decorated).
+  attribute is already hookable (woven or decorated), and ``weave_only`` weaves a
+  class's method without the overrides of its subclasses, for a preset that
+  handles those its own way.
 
 Example: a loss logger, attachable to a class of loop, one of its objects, a
 hookable function or the global tier, checked when attached, saved on resume:
@@ -218,6 +220,7 @@ from ._reader import per_join_point as _per_join_point
 from ._reader import reader as _reader
 from ._registration import Removable
 from ._state import stateful_callbacks as _stateful_callbacks
+from ._weave import weave_only
 from .errors import HookError, UnknownEventError, closest, safe_repr
 
 __all__ = [
@@ -230,11 +233,12 @@ __all__ = [
     "join_points",
     "per_join_point",
     "process_rank",
-    "reader",
     "boundary",
+    "reader",
     "settle_all",
     "stateful_callbacks",
     "track_deferring",
+    "weave_only",
 ]
 
 # The phases a reader may be registered on: around advice must call proceed, which

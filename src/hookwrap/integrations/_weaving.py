@@ -23,6 +23,9 @@ The stop functions of the trainers act only while the owner's ``fit`` stage runs
 (``running(owner)``): outside a run (``trainer.evaluate()`` called alone) there is
 nothing to stop, so the StopTraining propagates. The ``fit`` stage itself catches
 none: a StopTraining from ``fit``'s own callbacks reaches the caller of ``fit``.
+
+Two presets may change the same method (accelerate's and transformers' both take
+``Accelerator.backward``) and be removed in either order (``_Layer``).
 """
 
 from __future__ import annotations
@@ -30,18 +33,22 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
+import weakref
 from types import FunctionType
 from typing import Any, Callable
 
-from ..extend import Removable, is_join_point
+from ..extend import Removable, is_join_point, weave_only
 from ..errors import HookError, StopTraining
-from .. import weave
 
 __all__ = ["PresetHandle", "current_run", "routed", "running", "stage", "stop_while_running", "target_class"]
 
 _STARTED, _DONE, _NOTHING = object(), object(), object()
 _local = threading.local()
 _running: dict[int, int] = {}  # id(owner) -> fit calls running
+# The top function of each removed _Layer (which forwards to what it replaced) -> (its
+# class, attribute, whether the class held what it replaced, and that): never the
+# layer, which holds the top, a weak key the value would keep alive.
+_removed_tops: weakref.WeakKeyDictionary[Any, tuple[type, str, bool, Any]] = weakref.WeakKeyDictionary()
 
 
 def _stack(name: str) -> list[Any]:
@@ -130,10 +137,67 @@ def _raw(cls: type, attr: str, where: str) -> Any:
     )
 
 
-def _set(handle: PresetHandle, cls: type, attr: str, value: Any) -> None:
+def _set(handle: PresetHandle, cls: type, attr: str, value: Any, layer: _Layer | None = None) -> None:
+    """Store ``value`` as ``cls.attr``; the handle's ``remove()`` puts back what was there
+    (as it reads once removed layers are skipped), unless ``layer`` was removed under
+    another preset's, which now owns the attribute."""
     own, saved = attr in vars(cls), vars(cls).get(attr)
     setattr(cls, attr, value)
-    handle._undo.append(lambda: setattr(cls, attr, saved) if own else delattr(cls, attr))
+
+    def undo() -> None:
+        if layer is None or not layer.buried:
+            _restore(cls, attr, own, saved)
+
+    handle._undo.append(undo)
+
+
+def _restore(cls: type, attr: str, own: bool, saved: Any) -> None:
+    # A saved value that is the top of a layer removed since forwards to what that
+    # layer replaced: put that back instead.
+    while (removed := _removed_layer(saved)) is not None and removed[0] is cls and removed[1] == attr:
+        own, saved = removed[2], removed[3]
+    if own:
+        setattr(cls, attr, saved)
+    else:
+        delattr(cls, attr)
+
+
+def _removed_layer(value: Any) -> tuple[type, str, bool, Any] | None:
+    if type(value) is not FunctionType:  # a layer's top is a function; not every value is weakly referable
+        return None
+    return _removed_tops.get(value)
+
+
+class _Layer:
+    """One preset's change of ``cls.attr`` (a stage's or a router's): ``top``, stored over
+    ``below`` (``own``: held by ``cls`` itself, else inherited).
+
+    Code other than the class keeps calling ``top`` after the preset is removed: a
+    preset woven later over the same attribute (accelerate's and transformers' both
+    route ``Accelerator.backward``) calls it as its original, and an object may hold
+    it (torch's LR schedulers wrap ``optimizer.step`` per instance). So a removed
+    layer's top forwards each call to ``below``, and where another layer sits on it
+    (``buried``), the attribute is left to that one, which restores past it."""
+
+    __slots__ = ("attr", "below", "buried", "cls", "own", "removed", "top")
+
+    def __init__(self, cls: type, attr: str, below: Any) -> None:
+        self.cls, self.attr, self.below = cls, attr, below
+        self.own = attr in vars(cls)
+        self.top: Any = None
+        self.removed = self.buried = False
+
+    def put(self, handle: PresetHandle, top: Any) -> None:
+        """Store ``top``, the layer's last change: its undo runs first and decides."""
+        _set(handle, self.cls, self.attr, top, self)
+        self.top = top
+        handle._undo.append(self._remove)
+
+    def _remove(self) -> None:
+        self.removed = True
+        _removed_tops[self.top] = (self.cls, self.attr, self.own, self.below)
+        self.top.__wrapped__ = self.below  # what it reaches now (a scan for join points reads it)
+        self.buried = vars(self.cls).get(self.attr) is not self.top
 
 
 def _body(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -167,13 +231,17 @@ def stage(handle: PresetHandle, cls: type, event: str, attr: str, *,
     if is_join_point(fn):
         raise HookError(f"{where}: {cls.__qualname__}.{attr} is already a join point (woven by a preset or "
                         f"hookwrap.weave); remove that handle first, or weave once.")
+    layer = _Layer(cls, attr, fn)
     body = _body(fn)
-    _set(handle, cls, attr, body)
-    handle._undo.append(weave(cls, **{event: attr}).remove)
+    _set(handle, cls, attr, body, layer)
+    woven_handle = weave_only(cls, **{event: attr})  # a subclass's override: weave(MySubclass)
+    handle._undo.append(lambda: woven_handle._remove(restore=not layer.buried))
     woven = vars(cls)[attr]
 
     @functools.wraps(woven)
     def outer(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if layer.removed:
+            return fn(self, *args, **kwargs)
         slots = _stack("slots")
         if within is not None and not any(s[0] is within for s in slots):
             return fn(self, *args, **kwargs)
@@ -203,7 +271,7 @@ def stage(handle: PresetHandle, cls: type, event: str, attr: str, *,
                     del _running[id(self)]
 
     outer.__wrapped__ = _shim(fn, woven)
-    _set(handle, cls, attr, outer)
+    layer.put(handle, outer)
     handle.events[event] = f"{cls.__qualname__}.{attr}"
     return body
 
@@ -247,9 +315,11 @@ def routed(handle: PresetHandle, host: type, event: str, cls: type, attr: str,
     body = stage(handle, host, event, name, **options)
     outer = vars(host)[name]
 
+    layer = _Layer(cls, attr, original)
+
     @functools.wraps(original)
     def router(obj: Any, *args: Any, **kwargs: Any) -> Any:
-        owner = owner_of(obj)
+        owner = owner_of(obj) if not layer.removed else None
         if not isinstance(owner, host):
             return original(obj, *args, **kwargs)
         entry = [obj, _NOTHING]
@@ -261,7 +331,7 @@ def routed(handle: PresetHandle, host: type, event: str, cls: type, attr: str,
             delegates.pop()
         return result if entry[1] is _NOTHING else entry[1]
 
-    _set(handle, cls, attr, router)
+    layer.put(handle, router)
     handle.events[event] = f"{cls.__qualname__}.{attr}"
     return body
 

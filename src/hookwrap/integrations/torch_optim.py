@@ -29,9 +29,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ..extend import Removable, is_join_point
+from ..extend import Removable, is_join_point, weave_only
 from ..errors import HookError
-from .. import WeaveHandle, weave
+from .. import WeaveHandle
 
 __all__ = ["OptimizerWeave", "weave_optimizers"]
 
@@ -60,7 +60,8 @@ class OptimizerWeave(Removable):
             return
         if is_join_point(vars(cls)["step"]):
             return  # already hookable (@hw.hookable, or a weave of its own): left alone
-        self.handles[cls] = weave(cls, "step") if self.event == "step" else weave(cls, **{self.event: "step"})
+        # Each class woven apart (its overrides too, as they come): `classes` lists them.
+        self.handles[cls] = weave_only(cls, "step") if self.event == "step" else weave_only(cls, **{self.event: "step"})
 
     def remove(self) -> None:
         with _lock:
