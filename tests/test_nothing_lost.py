@@ -548,3 +548,38 @@ def test_a_shipped_callback_with_none_of_its_join_points_is_refused(hw, ht, tmp_
     with pytest.raises(hw.HookError, match=r"OnlyForward has none of the join points it runs on "
                                            r"\(.*epoch_event='epoch'.*\), so it would never run"):
         OnlyForward().add_callback(ht.Checkpoint(tmp_path / "ckpt"))
+
+
+# --- a preset: ignite's Engine (third party) --------------------------------------------
+
+
+@pytest.mark.third_party
+@pytest.mark.parametrize("end", ENDINGS)
+def test_on_the_ignite_preset_every_row_and_the_last_nan_arrive(hw, ht, tmp_path, end):
+    engine_module = pytest.importorskip("ignite.engine", reason="needs the thirdparty extra (pytorch-ignite)")
+    preset = importlib.import_module("hookwrap.integrations.ignite")
+    values = [float(i + 1) for i in range(STEPS - 1)] + [math.nan]
+    with preset.weave():
+        engine = engine_module.Engine(lambda engine, batch: torch.tensor(values[engine.state.iteration - 1]))
+        logger = ht.MetricsLogger(tmp_path / "m.csv", tensorboard=False, loss_event="step")
+        hw.add_callback(engine, logger)
+        hw.add_callback(engine, ht.NanGuard(events="step"))
+
+        def at_the_last(self: Any, return_value: Any) -> Any:
+            if self.state.iteration == STEPS and end == "stop":
+                raise hw.StopTraining("enough")  # the preset turns it into engine.terminate()
+            if self.state.iteration == STEPS and end == "error":
+                raise RuntimeError("the device fell over")
+            return return_value
+
+        hw.after(engine, "step", at_the_last)
+        with pytest.raises(BaseException) as raised:
+            engine.run([0] * STEPS, max_epochs=1)
+    logged = rows(tmp_path / "m.csv")["loss"]
+    assert logged[:-1] == values[:-1] and math.isnan(logged[-1])  # every step's row, the NaN's too
+    if end == "error":
+        assert isinstance(raised.value, RuntimeError)
+        assert any("NanGuard: before this error" in note for note in raised.value.__notes__)
+    else:
+        assert isinstance(raised.value, ht.NonFiniteError), raised.value
+        assert f"returned nan at step {STEPS}" in str(raised.value)

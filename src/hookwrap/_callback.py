@@ -18,7 +18,7 @@ from types import ModuleType
 from typing import Any, Callable
 
 from ._dispatch import join_point_of
-from ._lifecycle import Defers
+from ._lifecycle import Defers, is_boundary
 from ._joinpoints import all_join_points, declared_custom_events, target_join_points
 from ._registration import Handle, register_entries, register_global
 from .errors import CallbackSignatureError, HookError, UnknownEventError, closest, safe_repr
@@ -187,12 +187,12 @@ def _resolve_names(cb: Callback, target: Any, where: str, options: dict[str, Any
         if phase == CUSTOM:
             if name not in custom:
                 raise _unknown(cb, attr, known, where)
-            registrations.append(Registration(name, method, _options_of(cb, where, **options), (phase, name)))
+            registrations.append(Registration(name, method, _options_of(cb, where, method, **options), (phase, name)))
         else:
             jp = jps.get(normalize(name))
             if jp is None:
                 raise _unknown(cb, attr, known, where)
-            registrations.append(Registration(f"{phase}-{jp.event}", method, _options_of(cb, where, **options),
+            registrations.append(Registration(f"{phase}-{jp.event}", method, _options_of(cb, where, method, **options),
                                               (phase, jp.event)))
     return registrations
 
@@ -226,9 +226,11 @@ def _event_methods(cb: Callback, target: Any, where: str) -> list[tuple[Any, Any
     return pairs
 
 
-def _options_of(cb: Callback, where: str, **options: Any) -> Options | None:
-    """A registration's options for one of ``cb``'s methods (each its own filter state)."""
-    if cb.rank_zero_only:
+def _options_of(cb: Callback, where: str, method: Any, **options: Any) -> Options | None:
+    """A registration's options for one of ``cb``'s methods (each its own filter state).
+    A deferring callback's boundaries are not filtered by rank: they cost a gate on
+    every call of their join points, and its ``settle`` knows its rank."""
+    if cb.rank_zero_only and not (isinstance(cb, Defers) and is_boundary(method)):
         options["rank_zero_only"] = True
     return make_options(where, **options)
 
@@ -247,7 +249,7 @@ def register_global_callback(cb: Any, **options: Any) -> Handle:
         known_jps = {normalize(jp.event): jp for jp in all_join_points()}
         known = [f"{p}-{jp.event}" for jp in known_jps.values() for p in PHASES]
         for event, method in _event_methods(cb, None, where):
-            registration = _global_registration(event, method, _options_of(cb, where, **options), where)
+            registration = _global_registration(event, method, _options_of(cb, where, method, **options), where)
             if registration.phase != CUSTOM and registration.name not in known_jps:
                 raise _unknown(cb, event.replace("-", "_"), known, f"{where}({type(cb).__qualname__})")
             registrations.append(registration)

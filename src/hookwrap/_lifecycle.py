@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import sys
 import threading
 import weakref
@@ -38,8 +39,8 @@ from ._joinpoints import all_join_points, spec_of, target_join_points
 from ._reader import reader
 from .errors import StopTraining
 
-__all__ = ["Defers", "Ending", "deferring_callbacks", "boundary", "settle_all", "settle_attached",
-           "track_deferring"]
+__all__ = ["Defers", "Ending", "boundary", "deferring_callbacks", "is_boundary", "settle_all",
+           "settle_attached", "track_deferring"]
 
 
 class Ending(NamedTuple):
@@ -206,6 +207,19 @@ class Defers:
     def _settle_after(self, obj: Any) -> None:
         if not self._depth.get(id(obj)) and not _script_depth:  # inside a script, its end will come
             self.settle(obj, Ending("outermost"))
+
+
+_BOUNDARY_FUNCTIONS = frozenset({
+    Defers.settle_at_run_end, Defers.settle_at_run_end_fn, Defers.settle_at_end, Defers.settle_at_end_fn,
+    Defers._settle_after_run, Defers._settle_after, Defers._settle_after_failed_run,
+})
+
+
+def is_boundary(fn: Any) -> bool:
+    """Is ``fn`` (a registered callable) one of a Defers' boundaries (a reader of one)?"""
+    if type(fn) is functools.partial and fn.args:
+        fn = fn.args[0]  # a reader: the handler it calls
+    return getattr(fn, "__func__", None) in _BOUNDARY_FUNCTIONS
 
 
 def track_deferring(cb: Defers) -> None:
