@@ -327,11 +327,12 @@ def test_a_script_under_hookwrap_run_reports_a_nan_in_its_last_step(hw, tmp_path
     assert f"NonFiniteError: NanGuard: event 'post-loss' returned nan" in capsys.readouterr().err
 
 
-def test_the_process_exiting_inside_a_run_delivers_and_says_so(hw, tmp_path):
-    """``sys.exit`` inside the outermost call (no boundary is reached by it): what
-    was queued is delivered at interpreter exit, and reported on stderr."""
+def test_the_process_exiting_delivers_what_is_held(hw, tmp_path):
+    """``sys.exit`` inside the run's outermost call settles there, as it leaves; a
+    logger nothing settles (only logged into, never attached) is delivered at
+    interpreter exit, and that is reported on stderr."""
     script = tmp_path / "exits.py"
-    csv_path = tmp_path / "m.csv"
+    csv_path, direct_path = tmp_path / "m.csv", tmp_path / "direct.csv"
     script.write_text(textwrap.dedent(f"""
         import sys, torch, hookwrap as hw
         from hookwrap.torch import MetricsLogger
@@ -341,12 +342,14 @@ def test_the_process_exiting_inside_a_run_delivers_and_says_so(hw, tmp_path):
             def train(self):
                 for i in range({STEPS}):
                     self.loss(torch.tensor(float(i + 1)))
+                    direct.log("lr", torch.tensor(0.5), step=i)  # as LRMonitor(logger=direct) would
                 sys.exit(3)  # inside train: its end never comes
 
             @hw.hookable
             def loss(self, value):
                 return value
 
+        direct = MetricsLogger({str(direct_path)!r}, tensorboard=False)
         loop = Loop()
         loop.add_callback(MetricsLogger({str(csv_path)!r}, tensorboard=False))
         loop.train()
@@ -355,7 +358,9 @@ def test_the_process_exiting_inside_a_run_delivers_and_says_so(hw, tmp_path):
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 3, done.stderr
     assert rows(csv_path)["loss"] == [float(i + 1) for i in range(STEPS)]
-    assert f"still held {STEPS} metric rows, delivered now" in done.stderr
+    assert rows(direct_path)["lr"] == [0.5] * STEPS
+    assert "at interpreter exit" in done.stderr and f"still held {STEPS} metric rows, delivered now" in done.stderr
+    assert str(csv_path) not in done.stderr  # the attached one settled as sys.exit left train
 
 
 # --- a stop lets the other callbacks of its event run first --------------------------
@@ -583,3 +588,85 @@ def test_on_the_ignite_preset_every_row_and_the_last_nan_arrive(hw, ht, tmp_path
     else:
         assert isinstance(raised.value, ht.NonFiniteError), raised.value
         assert f"returned nan at step {STEPS}" in str(raised.value)
+
+
+# --- from the new-user trial on nanoGPT and minGPT -------------------------------------
+
+
+def test_nan_guard_checks_each_element_of_a_returned_tuple(hw, ht, tmp_path):
+    """nanoGPT's ``GPT.forward`` returns ``(logits, loss)``: a tuple was skipped,
+    unchecked, and a NaN run exited 0."""
+
+    class Model(hw.Hookable):
+        @hw.hookable
+        def fit(self, losses: list[float]) -> None:
+            for value in losses:
+                self.forward(value)
+
+        @hw.hookable
+        def forward(self, value: float) -> tuple[Any, Any]:
+            return torch.zeros(2, 3), torch.tensor(value)
+
+    for sync in (False, True):
+        model = Model()
+        model.add_callback(ht.NanGuard(events="forward", sync=sync))
+        with pytest.raises(ht.NonFiniteError, match=r"returned nan\[1\] before any step was counted"):
+            model.fit([1.0, math.nan])
+
+
+def test_metrics_logger_given_a_tuple_loss_names_the_fix(hw, ht, tmp_path):
+    class Model(hw.Hookable):
+        @hw.hookable
+        def loss(self) -> Any:
+            return torch.zeros(2, 3), torch.tensor(1.0)
+
+    model = Model()
+    model.add_callback(ht.MetricsLogger(tmp_path / "m.csv", tensorboard=False))
+    with pytest.raises(hw.HookError, match=r"returned a tuple of 2 \(Tensor, Tensor\), not one loss.*"
+                                           r"--weave loss=torch.nn.functional:cross_entropy"):
+        model.loss()
+
+
+def test_a_keyboard_interrupt_leaving_fit_writes_what_was_held(hw, ht, tmp_path, capsys):
+    """Ctrl-C caught by the script: the rows held were lost until the kernel exited."""
+    target, run, model = build("fit", hw, tmp_path, [1.0, 2.0, math.nan])
+    target.add_callback(ht.MetricsLogger(tmp_path / "m.csv", tensorboard=False))
+    target.add_callback(ht.NanGuard())
+    hw.after(target, "loss", lambda self, return_value: (_ for _ in ()).throw(KeyboardInterrupt())
+             if math.isnan(float(return_value)) else return_value)
+    with pytest.raises(KeyboardInterrupt):
+        run()
+    logged = rows(tmp_path / "m.csv")["loss"]
+    assert logged[:2] == [1.0, 2.0] and math.isnan(logged[2])
+    assert "NanGuard: before this error, event 'post-loss' returned nan" in capsys.readouterr().err
+
+
+def test_sys_exit_0_inside_fit_with_a_nan_pending_reports_it(hw, ht, tmp_path):
+    target, run, model = build("fit", hw, tmp_path, [1.0, math.nan, 1.0])
+    target.add_callback(ht.NanGuard())
+    hw.after(target, "step", lambda self, return_value: sys.exit(0) if float(return_value) == 1.0
+             and target.step_count == 3 else return_value)
+    target.step_count = 0
+    hw.before(target, "step", lambda self: setattr(self, "step_count", self.step_count + 1))
+    with pytest.raises(ht.NonFiniteError, match="returned nan"):
+        run()  # the exit status is the NaN's (1), not sys.exit(0)'s
+
+
+def test_metrics_logger_writes_what_was_read_every_flush_secs(hw, ht, tmp_path, monkeypatch):
+    """A long run with no epoch or fit: its CSV is followed as it grows, and a kill
+    loses at most ``flush_secs`` of rows."""
+    metrics_logger = importlib.import_module("hookwrap.torch.metrics_logger")
+    now = [0.0]
+    monkeypatch.setattr(metrics_logger, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+    logger = ht.MetricsLogger(tmp_path / "m.csv", tensorboard=False, flush_secs=5.0)
+    from hookwrap.extend import boundary
+
+    with boundary():  # a script's: nothing settles before its end
+        for second in range(12):
+            now[0] = float(second)
+            logger.log("loss", torch.tensor(float(second)), step=second)
+        written = rows(tmp_path / "m.csv")["loss"]
+        assert written == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]  # at 5 s and 10 s, all but the last step's
+    assert rows(tmp_path / "m.csv")["loss"] == [float(s) for s in range(12)]
+    with pytest.raises(hw.HookError, match="flush_secs must be a number > 0"):
+        ht.MetricsLogger(tmp_path / "m.csv", flush_secs=0)

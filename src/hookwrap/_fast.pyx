@@ -34,6 +34,7 @@ from ._policy import MISSING, RECORD_ATTR, STATE_KEY
 from ._policy import step_slots as _step_slots
 from ._policy import run_steps
 from ._fast_py import emitter as _pure_emitter
+from ._fast_py import run_emit_steps as _pure_run_emit_steps
 
 from .errors import note_callback as _note_callback
 from .errors import emit_return_error as _emit_return_error
@@ -203,38 +204,62 @@ cdef class ArgRef:
 cdef class Step
 
 
-@cython.final
-cdef class _Stopped:
-    """What a phase's step returns in place of raising when its callback raised
-    StopTraining: the phase's other callbacks run, then it is raised (see
-    _policy.run_steps, the rule's reference)."""
-    cdef object exc
-
-
-cdef object _stopped_or_reraise(object label, object event):
-    """The error a callback just raised: a StopTraining, noted and returned as a
-    _Stopped; anything else re-raised with a note naming it."""
-    cdef _Stopped stopped
+cdef int _phase_failed(tuple steps, Py_ssize_t j, object obj, PyObject **buf, Py_ssize_t nargs,
+                       PyObject *kwnames, object result) except -1:
+    """The callback of ``steps[j]`` (a phase of a fast plan) just raised: re-raise
+    it with a note naming it; a StopTraining only after the phase's other
+    callbacks ran (``_policy.run_steps``, the rule's reference, runs them). On the
+    error path only: the calls that raise nothing pay nothing for it."""
+    cdef Step step
+    cdef Py_ssize_t i, total = nargs
     try:
-        hookwrap_pending_error()
+        hookwrap_pending_error()  # first: nothing may run with the error still set
     except _StopTraining as exc:
-        _note_callback(exc, label, event)
-        stopped = _Stopped.__new__(_Stopped)
-        stopped.exc = exc
-        return stopped
+        step = (<_StepShape>steps[j]).step
+        _note_callback(exc, step.label, step.event)
+        names = <tuple>kwnames if kwnames is not NULL else ()
+        total += len(names)
+        values = [<object>buf[i] for i in range(total)]
+        rest = tuple([(<_StepShape>shape).step for shape in steps[j + 1:]])
+        try:
+            run_steps(rest, obj, values[:nargs], dict(zip(names, values[nargs:])), result)
+        except _StopTraining:
+            pass  # a later stop: the first is the one raised
+        raise
     except BaseException as exc:
-        _note_callback(exc, label, event)
+        step = (<_StepShape>steps[j]).step
+        _note_callback(exc, step.label, step.event)
         raise
 
 
-cdef inline object _call_step(Step step, object fn, object bound_to, PyObject **stack,
-                              Py_ssize_t m, Py_ssize_t nkw, bint stoppable=False):
+cdef int _emit_failed(tuple plan, Py_ssize_t index, object target, object name, PyObject **values,
+                      Py_ssize_t nkw, PyObject *kwnames) except -1:
+    """A listener of a custom event just raised: as _phase_failed, for listeners."""
+    cdef Py_ssize_t i
+    try:
+        hookwrap_pending_error()
+    except _StopTraining as exc:
+        _note_callback(exc, (<tuple>plan[index])[4], name)
+        names = <tuple>kwnames if kwnames is not NULL else ()
+        try:
+            _pure_run_emit_steps(plan[index + 1:], target, name, {names[i]: <object>values[i] for i in range(nkw)})
+        except _StopTraining:
+            pass  # a later stop: the first is the one raised
+        raise
+    except BaseException as exc:
+        _note_callback(exc, (<tuple>plan[index])[4], name)
+        raise
+
+
+cdef inline PyObject *_call_step(Step step, object fn, object bound_to, PyObject **stack,
+                                 Py_ssize_t m, Py_ssize_t nkw) noexcept:
     """Call ``fn`` with ``stack``, whose ``stack[-1]`` is ours to lend: a bound
     method puts its object there instead of copying the array. ``fn`` is
     ``step.fn``, or a bound method's function with its object ``bound_to``, put
     before the arguments here: what calling the method does, one C call fewer.
     No try block: entering one saves the handled exception, on every call.
-    ``stoppable``: a StopTraining comes back as a _Stopped instead of raising."""
+    Returns a new reference, or NULL with the callback's error set: the caller
+    handles it (_phase_failed, or _reraise_noted)."""
     cdef PyObject *kwnames = <PyObject *>step.kwnames if nkw else NULL
     cdef PyObject *result
     if bound_to is None:
@@ -243,11 +268,7 @@ cdef inline object _call_step(Step step, object fn, object bound_to, PyObject **
         stack -= 1  # its slot before is not ours to lend: no ARGUMENTS_OFFSET
         stack[0] = <PyObject *>bound_to
         result = hookwrap_vectorcall(fn, stack, m + 1 - nkw, kwnames)
-    if result is NULL:
-        if stoppable:
-            return _stopped_or_reraise(step.label, step.event)
-        _reraise_noted(step.label, step.event)
-    return hookwrap_steal(result)
+    return result
 
 
 cdef int _reraise_noted(object label, object event) except -1:
@@ -302,6 +323,7 @@ cdef class Step:
         cdef Py_ssize_t nkw = len(self.kwnames)
         cdef ArgRef ref
         cdef object value
+        cdef PyObject *called
         try:
             if self.pass_obj:
                 Py_INCREF(obj)
@@ -314,7 +336,10 @@ cdef class Step:
                 Py_INCREF(value)
                 stack[n] = <PyObject *>value
                 n += 1
-            return _call_step(self, self.fn, None, stack, n, nkw)
+            called = _call_step(self, self.fn, None, stack, n, nkw)
+            if called is NULL:
+                _reraise_noted(self.label, self.event)
+            return hookwrap_steal(called)
         finally:
             for i in range(n):
                 Py_XDECREF(stack[i])
@@ -541,7 +566,8 @@ cdef object _run_fast(_ShapePlan plan, object func, object obj, PyObject **args,
     cdef tuple steps
     cdef _StepShape shape
     cdef Step step
-    cdef object raw, result = None, stop = None
+    cdef object raw, result = None
+    cdef PyObject *called
     if kwnames is not NULL:
         total += len(<tuple>kwnames)
     for i in range(total):
@@ -555,11 +581,10 @@ cdef object _run_fast(_ShapePlan plan, object func, object obj, PyObject **args,
             if step.gate is not None and not step.gate.admit(obj):
                 continue
             m = _fill_stack(shape, stack, obj, buf, None)
-            raw = _call_step(step, shape.func, shape.bound_to, stack, m, shape.nkw, True)
-            if type(raw) is _Stopped:  # the others run first, then it is raised
-                if stop is None:
-                    stop = raw
-                continue
+            called = _call_step(step, shape.func, shape.bound_to, stack, m, shape.nkw)
+            if called is NULL:
+                _phase_failed(steps, j, obj, buf, nargs, kwnames, None)
+            raw = hookwrap_steal(called)
             n = shape.n
             if n == 0:
                 if raw is not None:
@@ -578,8 +603,6 @@ cdef object _run_fast(_ShapePlan plan, object func, object obj, PyObject **args,
                     raise _return_error(step, raw, shape.names)
             for i in range(n):
                 owned = _store(buf, owned, shape.slots[i], (<tuple>raw)[i])
-        if stop is not None:
-            raise (<_Stopped>stop).exc
         if plan.around is None:
             result = PyObject_Vectorcall(func, buf, nargs, kwnames)
         else:
@@ -592,14 +615,11 @@ cdef object _run_fast(_ShapePlan plan, object func, object obj, PyObject **args,
             if step.gate is not None and not step.gate.admit(obj):
                 continue
             m = _fill_stack(shape, stack, obj, buf, result)
-            raw = _call_step(step, shape.func, shape.bound_to, stack, m, shape.nkw, True)
-            if type(raw) is _Stopped:
-                if stop is None:
-                    stop = raw
-                continue
+            called = _call_step(step, shape.func, shape.bound_to, stack, m, shape.nkw)
+            if called is NULL:
+                _phase_failed(steps, j, obj, buf, nargs, kwnames, result)
+            raw = hookwrap_steal(called)
             result = step.absorb(obj, None, None, raw, result)  # post: arguments untouched
-        if stop is not None:
-            raise (<_Stopped>stop).exc
         return result
     finally:
         if owned:
@@ -1146,11 +1166,13 @@ cdef int _run_emit_with(tuple plan, object target, object name, PyObject **value
     cdef Py_ssize_t i, n
     cdef tuple step  # an EmitStep (a tuple subclass): fn, gate, take, names, label
     cdef PyObject *result
-    cdef object raw, gate, take, entry, stop = None
+    cdef object raw, gate, take, entry
+    cdef Py_ssize_t index = -1
     stack[0] = <PyObject *>target
     for i in range(nkw):
         stack[i + 1] = values[i]
     for entry in plan:
+        index += 1
         step = <tuple>entry
         gate = step[1]
         if gate is not None and not gate.admit(target):
@@ -1166,15 +1188,10 @@ cdef int _run_emit_with(tuple plan, object target, object name, PyObject **value
             result = hookwrap_vectorcall(step[0], picked, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
                                          <PyObject *>step[3] if n else NULL)
         if result is NULL:
-            raw = _stopped_or_reraise(step[4], name)  # a StopTraining: after the others
-            if stop is None:
-                stop = raw
-            continue
+            _emit_failed(plan, index, target, name, values, nkw, kwnames)
         raw = hookwrap_steal(result)
         if raw is not None:
             raise _emit_return_error(step[4], name, raw)
-    if stop is not None:
-        raise (<_Stopped>stop).exc
     return 0
 
 

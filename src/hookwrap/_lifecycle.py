@@ -61,7 +61,9 @@ class Ending(NamedTuple):
 
     @property
     def failed(self) -> bool:
-        """Another exception is leaving: settle without raising over it (add notes)."""
+        """Another exception is leaving (``KeyboardInterrupt`` included): settle without
+        raising over it (add notes; for one whose notes are not printed, say so on
+        stderr)."""
         return self.exception is not None and not self.stopped
 
     @property
@@ -183,12 +185,15 @@ class Defers:
         depth[key] = outer + 1
         try:
             return proceed(*args, **kwargs)
-        except Exception as exc:
+        except BaseException as exc:
             if not outer:
                 del depth[key]
                 self._settled_for = id(exc)  # the run's error callback then sees it settled (an id:
                 # the exception would keep its frames alive)
-                self.settle(obj, Ending(where, exc))
+                # sys.exit(0) inside the run ends it normally (a NaN found then ends it instead);
+                # KeyboardInterrupt and other exits leave as failures, what was held written.
+                normal = isinstance(exc, SystemExit) and exc.code in (None, 0)
+                self.settle(obj, Ending(where, None if normal else exc))
             raise
         finally:
             if outer:
@@ -302,9 +307,9 @@ def _at_exit() -> None:
     errors = settle_all(Ending("exit"))
     for cb, what in held:
         print(f"hookwrap: at interpreter exit, {getattr(cb, 'state_key', type(cb).__name__)} still held "
-              f"{what}, delivered now: the loop it was attached to never returned from a join point "
-              f"hookwrap could settle at (see 'Nothing lost' in the shipped callbacks guide).",
-              file=sys.stderr)
+              f"{what}, delivered now: no boundary it settles at (the end of fit, or of the outermost "
+              f"join point call) ended before the interpreter did. See 'Nothing lost' in the shipped "
+              f"callbacks guide.", file=sys.stderr)
     for cb, exc in errors:
         print(f"hookwrap: at interpreter exit, {getattr(cb, 'state_key', type(cb).__name__)} found: "
               f"{type(exc).__name__}: {exc}", file=sys.stderr)

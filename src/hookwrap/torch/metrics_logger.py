@@ -7,7 +7,9 @@ from __future__ import annotations
 import csv
 import functools
 import importlib
+import math
 import os
+import time
 import types
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -15,7 +17,7 @@ from typing import Any, Callable, NamedTuple, NoReturn, Protocol
 
 from ..errors import HookError
 from ..extend import Defers, Ending, reader, track_deferring
-from ._attach import DefaultEvent, CountingCallback, is_rank_zero, to_float, whole_number
+from ._attach import DefaultEvent, CountingCallback, is_rank_zero, positive_number, to_float, whole_number
 from .readback import shared
 
 __all__ = ["CSVWriter", "MetricsLogger", "MetricsSink", "TensorBoardWriter", "tensorboard_available"]
@@ -138,7 +140,8 @@ class MetricsLogger(Defers, CountingCallback):
     (:mod:`hookwrap.torch.readback`), and the rows read are sent in batches: when
     an epoch ends (asynchronously on CUDA: a row whose copy is still running goes
     at the next flush), when 1024 rows wait (the current step's stay for the
-    next), and at every boundary of its lifecycle (``hookwrap.extend.Defers``),
+    next), every ``flush_secs`` seconds (10; None: never by time) with what is
+    read by then, and at every boundary of its lifecycle (``hookwrap.extend.Defers``),
     waiting for the device: when ``fit_event`` ends (it returned, a
     ``StopTraining`` or another exception left it), else when the hooked object's
     outermost join point call ends; when ``callback_state`` is taken, ``read()``
@@ -170,7 +173,7 @@ class MetricsLogger(Defers, CountingCallback):
                  epoch_event: str | None = DefaultEvent("epoch"),
                  fit_event: str | None = DefaultEvent("fit"),
                  tensorboard: str | os.PathLike[str] | bool | None = None,
-                 step_event: str | None = DefaultEvent("step")) -> None:
+                 step_event: str | None = DefaultEvent("step"), flush_secs: float | None = 10.0) -> None:
         super().__init__(step_event)
         if path is not None and hasattr(path, "log_metrics"):
             raise HookError(f"MetricsLogger: path is hookwrap's own CSV file, and {_name(path)} is a "
@@ -199,6 +202,10 @@ class MetricsLogger(Defers, CountingCallback):
         self.losses = 0
         self.rows: list[list[Any]] = []  # [step, name, value] not yet sent; value None until read
         self._flush_at = self.max_rows
+        if flush_secs is not None:
+            positive_number(flush_secs, "flush_secs", "MetricsLogger", why="seconds between writes, or None")
+        self.flush_secs = flush_secs
+        self._flush_due = time.monotonic() + flush_secs if flush_secs is not None else math.inf
         self.run_event = fit_event
         track_deferring(self)  # settled at a script's end and at exit, attached or only logged into
 
@@ -246,8 +253,19 @@ class MetricsLogger(Defers, CountingCallback):
         if len(self.rows) >= self._flush_at:  # what is read by now; no read of its own
             self._send(self._take(keep_step=self.step), raise_errors=True)
             self._flush_at = len(self.rows) + self.max_rows
+        elif time.monotonic() >= self._flush_due:  # a file others follow, and less held at a kill
+            self._flush_due = time.monotonic() + self.flush_secs  # type: ignore[operator]
+            shared().read()  # no wait: on CUDA what is copied by now
+            self._send(self._take(keep_step=row[0]), raise_errors=True)  # this step's others may follow
 
     def record_loss(self, obj: Any, value: Any) -> None:
+        if isinstance(value, (tuple, list)):
+            raise HookError(
+                f"MetricsLogger: join point {self.events['loss']!r} returned a {type(value).__name__} of "
+                f"{len(value)} ({', '.join(type(v).__name__ for v in value)}), not one loss: a model's "
+                f"(logits, loss). Log the loss itself: make the function that computes it the loss join "
+                f"point (hookwrap run --weave loss=torch.nn.functional:cross_entropy; hw.weave), or pass "
+                f"loss_event= one that returns it.")
         self.losses += 1
         if self.losses % self.every == 0:
             self.log("loss", value)

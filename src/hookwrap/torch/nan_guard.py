@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 from collections.abc import Mapping
 from typing import Any, Callable
 
@@ -28,6 +29,12 @@ def _first_non_finite(value: Any) -> tuple[str, Any] | None:
             if found is not None:
                 return f"[{key!r}]{found[0]}", found[1]
         return None
+    if isinstance(value, (tuple, list)):  # (logits, loss): nanoGPT's forward
+        for index, item in enumerate(value):
+            found = _first_non_finite(item)
+            if found is not None:
+                return f"[{index}]{found[0]}", found[1]
+        return None
     if hasattr(value, "isfinite"):  # a tensor: one read-back (a sync on CUDA)
         import torch
 
@@ -47,7 +54,8 @@ class NanGuard(Defers, QueuesReadBacks, CountingCallback):
     """Raises ``NonFiniteError`` naming the event, the step and the value when
     the loss or metrics of one of ``events`` are NaN or infinite: the join point's
     ``argument`` (default ``loss``, as in ``backward(loss)``) where it has one, else
-    what it returns (a loss tensor, a float, or a mapping of metrics). A join point
+    what it returns (a loss tensor, a float, a mapping of metrics, or a tuple or
+    list of them: a model's ``(logits, loss)``). A join point
     that has neither (it returns None) is refused when the guard is attached.
 
     ``events`` are join point names (default: ``"loss"``); the step counted is that of
@@ -177,7 +185,10 @@ class NanGuard(Defers, QueuesReadBacks, CountingCallback):
         if first is not None:
             _, what, value, path, step, of = first
             when = f"at step {step}" if step else "before any step was counted"
-            exception.add_note(f"NanGuard: before this error, {what} {value}{path} {when}{of}.")
+            found = f"NanGuard: before this error, {what} {value}{path} {when}{of}."
+            exception.add_note(found)
+            if not isinstance(exception, Exception):  # KeyboardInterrupt, SystemExit: notes go unprinted
+                print(f"hookwrap: {found} ({type(exception).__name__} ended the run.)", file=sys.stderr)
 
     def __getstate__(self) -> dict[str, Any]:
         return {**super().__getstate__(), "_checked_on": None}  # the hooked object is not copied with it
@@ -220,6 +231,11 @@ class NanGuard(Defers, QueuesReadBacks, CountingCallback):
             found = False
             for key, item in value.items():
                 found = self._queue(item, f"{path}[{key!r}]", context) or found
+            return found
+        if isinstance(value, (tuple, list)):  # (logits, loss): each element checked
+            found = False
+            for index, item in enumerate(value):
+                found = self._queue(item, f"{path}[{index}]", context) or found
             return found
         if hasattr(value, "isfinite"):
             if not value.is_floating_point():
