@@ -35,3 +35,4 @@ def bench_demo_step(benchmark, hw_module, tmp_path, callbacks):
     first = float(trainer.step(batch))
     benchmark(trainer.step, batch)
     assert first > 0 and trainer.steps >= 2  # it really trains
+    hw_module.callback_state(trainer)  # steps outside fit: settle what they hold (else reported at exit)

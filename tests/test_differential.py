@@ -379,7 +379,7 @@ def generated_and_reference() -> Iterator[tuple[Any, Any]]:
     generated, reference = _side_by_side("1", "1")
     pure = reference._dispatch.impl
     reference._codegen.runner = lambda *args: False  # no generated runner: the general path
-    reference._emit.emit_runner = lambda plan: functools.partial(pure.run_emit_steps, plan)
+    reference._emit.emit_runner = lambda plan: functools.partial(pure._run_emit_steps, plan)
     yield generated, reference
 
 

@@ -34,7 +34,7 @@ from ._policy import MISSING, RECORD_ATTR, STATE_KEY
 from ._policy import step_slots as _step_slots
 from ._policy import run_steps
 from ._fast_py import emitter as _pure_emitter
-from ._fast_py import run_emit_steps as _pure_run_emit_steps
+from ._fast_py import _run_emit_steps as _pure_run_emit_steps  # the general emit path
 
 from .errors import note_callback as _note_callback
 from .errors import emit_return_error as _emit_return_error

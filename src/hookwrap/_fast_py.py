@@ -539,14 +539,14 @@ def emitter(planner: Any) -> Callable[..., None]:
             plan = planner.plan(event, shape, tp, name)
             run = event.runners.get(shape)
             if run is None:  # past MAX_CALL_SHAPES: planned for this call only
-                run_emit_steps(plan, target, name, kwargs)
+                _run_emit_steps(plan, target, name, kwargs)
                 return
         run(target, name, kwargs)
 
     return emit
 
 
-def run_emit_steps(steps: tuple[EmitStep, ...], target: Any, name: str,
+def _run_emit_steps(steps: tuple[EmitStep, ...], target: Any, name: str,
                     kwargs: dict[str, Any]) -> None:
     """What ``emit_runner(steps)`` does, without generating code (for a call
     shape not kept: see MAX_CALL_SHAPES)."""

@@ -11,6 +11,7 @@ import math
 import os
 import time
 import types
+import weakref
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, NoReturn, Protocol
@@ -60,6 +61,7 @@ class CSVWriter:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             new = not self.path.exists() or self.path.stat().st_size == 0
             self._file = open(self.path, "a", newline="", encoding="utf-8")  # noqa: SIM115
+            weakref.finalize(self, self._file.close)  # a writer dropped mid-run closes it quietly
             if new:
                 self._file.write("step,name,value\n")
         csv.writer(self._file).writerows((step, name, value) for name, value in metrics.items())
