@@ -377,9 +377,8 @@ def generated_and_reference() -> Iterator[tuple[Any, Any]]:
     plan), one whose calls all take the reference path (Step.invoke and absorb,
     call_around, the emit loop), which is the return contract written once."""
     generated, reference = _side_by_side("1", "1")
-    pure = reference._dispatch.impl
     reference._codegen.runner = lambda *args: False  # no generated runner: the general path
-    reference._emit.emit_runner = lambda plan: functools.partial(pure._run_emit_steps, plan)
+    reference._emit.emit_runner = lambda plan: functools.partial(reference._codegen.run_emit_steps, plan)
     yield generated, reference
 
 

@@ -33,6 +33,7 @@ from ._policy import (
     SLOT_RESULT,
     STATE_KEY,
     EmitStep,
+    finish_phase,
     step_slots,
 )
 from .errors import StopTraining
@@ -191,8 +192,10 @@ def runner(chain: Any, nargs: int, kwnames: tuple[str, ...], call_around: Any) -
     keywords = {name: f"k{i}" for i, name in enumerate(kwnames)}  # keyword -> its local
     passed = names + [f"{name}={local}" for name, local in keywords.items()]
     ns: dict[str, Any] = {"RE": _return_error, "NOTE": _note_callback, "AROUND": chain.around,
-                          "CALL_AROUND": call_around, "STOP": StopTraining}
-    body: list[str] = ["stop = None"]  # a StopTraining, raised after its phase's other callbacks
+                          "CALL_AROUND": call_around, "STOP": StopTraining, "FINISH": finish_phase}
+    body: list[str] = []
+    args_list = "[" + ", ".join(names) + "]"
+    kwargs_dict = "{" + ", ".join(f"{name!r}: {local}" for name, local in keywords.items()) + "}"
     for phase, steps in ((PRE, chain.pre), (POST, chain.post)):
         if phase == POST and chain.around:  # advice sees the call's arguments, not the object
             seen = names[1:] if chain.around[0].pass_obj else names
@@ -241,22 +244,20 @@ def runner(chain: Any, nargs: int, kwnames: tuple[str, ...], call_around: Any) -
                 absorb += [f"if type(r) is not tuple or len(r) != {len(exprs)}: raise RE(S{tag}, r, N{tag})",
                            f"if {none_checks}: raise RE(S{tag}, r, N{tag})",
                            f"{', '.join(exprs)}, = r"]
+            ns[f"R{tag}"] = steps[i + 1:]
             block = [
                 "try:",
                 f"    r = F{tag}({', '.join(call_args)})",
-                "except STOP as e:",  # the phase's other callbacks first (_policy.run_steps)
+                "except STOP as e:",  # the phase's other callbacks first, then it (_policy.finish_phase)
                 f"    NOTE(e, S{tag}.label, S{tag}.event)",
-                "    stop = stop or e",
+                f"    FINISH(e, R{tag}, obj, {args_list}, {kwargs_dict}, {'result' if phase == POST else 'None'})",
                 "except BaseException as e:",
                 f"    NOTE(e, S{tag}.label, S{tag}.event)",
                 "    raise",
-                "else:",
-            ] + ["    " + line for line in absorb or ["pass"]]
+            ] + absorb
             if step.gate is not None:
                 block = [f"if G{tag}.admit(obj):"] + ["    " + line for line in block]
             body += block
-        if steps:
-            body.append("if stop is not None: raise stop")
     body.append("return result")
     params = "".join(", " + local for local in names + list(keywords.values()))
     source = f"def run(func, obj{params}):\n" + "".join(f"    {line}\n" for line in body)
@@ -332,28 +333,56 @@ def emit_runner(steps: tuple[EmitStep, ...]) -> Callable[..., None]:
     """``run(target, name, kwargs)``: the steps of one call shape as straight-line
     code (see runner), each listener called with the keywords it takes,
     named one by one (cheaper than ``**kwargs``, which also passes them all)."""
-    ns: dict[str, Any] = {"NOTE": _note_callback, "RETURNED": _emit_return_error, "STOP": StopTraining}
+    ns: dict[str, Any] = {"NOTE": _note_callback, "RETURNED": _emit_return_error, "STOP": StopTraining,
+                          "FINISH": finish_emit}
     body: list[str] = []
     for i, (fn, gate, take, names, label) in enumerate(steps):
         ns[f"F{i}"], ns[f"G{i}"], ns[f"L{i}"] = fn, gate, label
         passed = "".join(f", {key}=kwargs[{key!r}]" for key in names)  # names: all it takes
+        ns[f"R{i}"] = steps[i + 1:]
         block = [
             "try:",
             f"    r = F{i}(target{passed})",
-            "except STOP as e:",  # the other listeners first (_policy.run_steps)
+            "except STOP as e:",  # the other listeners first, then it (finish_emit)
             f"    NOTE(e, L{i}, name)",
-            "    stop = stop or e",
+            f"    FINISH(e, R{i}, target, name, kwargs)",
             "except BaseException as e:",
             f"    NOTE(e, L{i}, name)",
             "    raise",
-            "else:",
-            f"    if r is not None: raise RETURNED(L{i}, name, r)",
+            f"if r is not None: raise RETURNED(L{i}, name, r)",
         ]
         if gate is not None:
             block = [f"if G{i}.admit(target):"] + ["    " + line for line in block]
         body += block
-    body = ["stop = None", *body, "if stop is not None: raise stop"]
-    source = "def run(target, name, kwargs):\n" + "".join(f"    {line}\n" for line in body)
+    source = "def run(target, name, kwargs):\n" + "".join(f"    {line}\n" for line in body or ["pass"])
     listeners = ", ".join(step.label for step in steps)
     return cast(Callable[..., None], _define(source, f"emit runner of {listeners or 'no listener'}", ns, "run"))
 
+
+def run_emit_steps(steps: tuple[Any, ...], target: Any, name: str, kwargs: dict[str, Any]) -> None:
+    """What ``emit_runner(steps)`` does, without generating code (a call shape not
+    kept: see MAX_CALL_SHAPES): each listener, a StopTraining raised after the others."""
+    for i, (fn, gate, _take, names, label) in enumerate(steps):
+        if gate is not None and not gate.admit(target):
+            continue
+        try:
+            r = fn(target, **{key: kwargs[key] for key in names})
+        except StopTraining as e:
+            _note_callback(e, label, name)
+            finish_emit(e, steps[i + 1:], target, name, kwargs)
+        except BaseException as e:
+            _note_callback(e, label, name)
+            raise
+        if r is not None:
+            raise _emit_return_error(label, name, r)
+
+
+def finish_emit(stop: BaseException, steps: tuple[Any, ...], target: Any, name: str,
+                kwargs: dict[str, Any]) -> None:
+    """A listener raised ``stop``: the remaining listeners run, then it is raised
+    (``_policy.finish_phase`` for custom events)."""
+    try:
+        run_emit_steps(steps, target, name, kwargs)
+    except StopTraining:
+        pass  # the first stop is the one raised
+    raise stop

@@ -32,9 +32,9 @@ from types import MethodType
 from ._policy import MAX_CALL_SHAPES  # the bound on plans per chain or event (see there)
 from ._policy import MISSING, RECORD_ATTR, STATE_KEY
 from ._policy import step_slots as _step_slots
-from ._policy import run_steps
+from ._policy import finish_phase, run_steps
 from ._fast_py import emitter as _pure_emitter
-from ._fast_py import _run_emit_steps as _pure_run_emit_steps  # the general emit path
+from ._codegen import finish_emit as _finish_emit
 
 from .errors import note_callback as _note_callback
 from .errors import emit_return_error as _emit_return_error
@@ -221,11 +221,7 @@ cdef int _phase_failed(tuple steps, Py_ssize_t j, object obj, PyObject **buf, Py
         total += len(names)
         values = [<object>buf[i] for i in range(total)]
         rest = tuple([(<_StepShape>shape).step for shape in steps[j + 1:]])
-        try:
-            run_steps(rest, obj, values[:nargs], dict(zip(names, values[nargs:])), result)
-        except _StopTraining:
-            pass  # a later stop: the first is the one raised
-        raise
+        finish_phase(exc, rest, obj, values[:nargs], dict(zip(names, values[nargs:])), result)
     except BaseException as exc:
         step = (<_StepShape>steps[j]).step
         _note_callback(exc, step.label, step.event)
@@ -241,11 +237,7 @@ cdef int _emit_failed(tuple plan, Py_ssize_t index, object target, object name, 
     except _StopTraining as exc:
         _note_callback(exc, (<tuple>plan[index])[4], name)
         names = <tuple>kwnames if kwnames is not NULL else ()
-        try:
-            _pure_run_emit_steps(plan[index + 1:], target, name, {names[i]: <object>values[i] for i in range(nkw)})
-        except _StopTraining:
-            pass  # a later stop: the first is the one raised
-        raise
+        _finish_emit(exc, plan[index + 1:], target, name, {names[i]: <object>values[i] for i in range(nkw)})
     except BaseException as exc:
         _note_callback(exc, (<tuple>plan[index])[4], name)
         raise

@@ -539,33 +539,10 @@ def emitter(planner: Any) -> Callable[..., None]:
             plan = planner.plan(event, shape, tp, name)
             run = event.runners.get(shape)
             if run is None:  # past MAX_CALL_SHAPES: planned for this call only
-                _run_emit_steps(plan, target, name, kwargs)
+                _codegen.run_emit_steps(plan, target, name, kwargs)
                 return
         run(target, name, kwargs)
 
     return emit
-
-
-def _run_emit_steps(steps: tuple[EmitStep, ...], target: Any, name: str,
-                    kwargs: dict[str, Any]) -> None:
-    """What ``emit_runner(steps)`` does, without generating code (for a call
-    shape not kept: see MAX_CALL_SHAPES)."""
-    stop = None
-    for fn, gate, _take, names, label in steps:
-        if gate is not None and not gate.admit(target):
-            continue
-        try:
-            r = fn(target, **{key: kwargs[key] for key in names})
-        except _StopTraining as e:  # the other listeners first (_policy.run_steps)
-            _note_callback(e, label, name)
-            stop = stop or e
-            continue
-        except BaseException as e:
-            _note_callback(e, label, name)
-            raise
-        if r is not None:
-            raise _emit_return_error(label, name, r)
-    if stop is not None:
-        raise stop
 
 

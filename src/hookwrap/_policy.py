@@ -134,6 +134,21 @@ def run_steps(steps: tuple[Any, ...], obj: Any, args: list[Any], kwargs: dict[st
     return result
 
 
+def finish_phase(stop: BaseException, steps: tuple[Any, ...], obj: Any, args: list[Any],
+                 kwargs: dict[str, Any], result: Any) -> None:
+    """A callback of a phase raised ``stop`` (a StopTraining): run the phase's
+    remaining ``steps`` (``run_steps``: a later stop is dropped, another error goes
+    on), then raise ``stop``. The fast paths call it on their error path only, so a
+    call that raises nothing pays nothing for the rule."""
+    from .errors import StopTraining  # errors imports this module: here, on an error only
+
+    try:
+        run_steps(steps, obj, args, kwargs, result)
+    except StopTraining:
+        pass  # the first stop is the one raised
+    raise stop
+
+
 class EmitStep(NamedTuple):
     """One listener of a custom event, planned for one call shape: ``take`` holds
     the places (among the keywords emitted) of the ones it is passed, named
