@@ -670,3 +670,167 @@ def test_metrics_logger_writes_what_was_read_every_flush_secs(hw, ht, tmp_path, 
     assert rows(tmp_path / "m.csv")["loss"] == [float(s) for s in range(12)]
     with pytest.raises(hw.HookError, match="flush_secs must be a number > 0"):
         ht.MetricsLogger(tmp_path / "m.csv", flush_secs=0)
+
+
+# --- from the adversarial review ----------------------------------------------------
+
+
+def test_an_async_fit_is_still_a_boundary(hw, ht, tmp_path):
+    import asyncio
+
+    class Loop(hw.Hookable):
+        @hw.hookable
+        def loss(self, value: float) -> Any:
+            return torch.tensor(value)
+
+        @hw.hookable
+        async def fit(self, values: list[float]) -> None:
+            for value in values:
+                self.loss(value)
+
+    loop = Loop()
+    loop.add_callback(ht.MetricsLogger(tmp_path / "m.csv", tensorboard=False))
+    asyncio.run(loop.fit([1.0, 2.0, 3.0]))
+    assert rows(tmp_path / "m.csv")["loss"] == [1.0, 2.0, 3.0]
+    loop.add_callback(ht.NanGuard())
+    with pytest.raises(ht.NonFiniteError, match="returned nan"):
+        asyncio.run(loop.fit([1.0, math.nan, 1.0]))
+
+
+def test_overlapping_calls_from_two_threads_leave_the_boundary_working(hw, ht):
+    import threading
+    import time
+
+    class Model(hw.Hookable):
+        @hw.hookable
+        def loss(self, value: float, wait: float = 0.0) -> Any:
+            time.sleep(wait)
+            return torch.tensor(value)
+
+    model, guard = Model(), ht.NanGuard()
+    model.add_callback(guard)
+    first = threading.Thread(target=model.loss, args=(1.0, 0.2))
+    second = threading.Thread(target=model.loss, args=(1.0, 0.4))
+    first.start()
+    time.sleep(0.05)
+    second.start()
+    first.join()
+    second.join()
+    with pytest.raises(ht.NonFiniteError, match="returned nan"):
+        model.loss(math.nan)
+
+
+def test_one_guard_on_two_objects_decides_at_the_end_of_fit(hw, ht):
+    from hookwrap.extend import boundary
+
+    class Helper(hw.Hookable):
+        @hw.hookable
+        def loss(self, value: float) -> Any:
+            return torch.tensor(value)
+
+    class Trainer(hw.Hookable):
+        def __init__(self) -> None:
+            self.helper = Helper()
+
+        @hw.hookable
+        def fit(self) -> None:
+            self.loss(math.nan)
+            self.helper.loss(1.0)  # the same guard's last check is the helper's
+
+        @hw.hookable
+        def loss(self, value: float) -> Any:
+            return torch.tensor(value)
+
+    trainer, guard = Trainer(), ht.NanGuard()
+    trainer.add_callback(guard)
+    trainer.helper.add_callback(guard)
+    with boundary(), pytest.raises(ht.NonFiniteError, match=r"returned nan .*\(Trainer\)"):
+        trainer.fit()
+
+
+def test_a_global_guard_is_not_narrowed_by_an_unrelated_classs_fit(hw, ht):
+    class SomeOtherTrainer(hw.Hookable):
+        @hw.hookable
+        def fit(self) -> None:
+            pass
+
+    class Model(hw.Hookable):
+        @hw.hookable
+        def loss(self, value: float) -> Any:
+            return torch.tensor(value)
+
+    with ht.NanGuard(), pytest.raises(ht.NonFiniteError, match="returned nan"):
+        Model().loss(math.nan)
+    assert SomeOtherTrainer
+
+
+def test_a_logger_removed_mid_run_writes_what_it_held(hw, ht, tmp_path):
+    from hookwrap.extend import boundary
+
+    target, _, _ = build("fit", hw, tmp_path, [1.0])
+    with boundary():
+        handle = target.add_callback(ht.MetricsLogger(tmp_path / "m.csv", tensorboard=False))
+        for value in (1.0, 2.0, 3.0):
+            target.loss(torch.tensor(value))
+        handle.remove()
+        assert rows(tmp_path / "m.csv")["loss"] == [1.0, 2.0, 3.0]
+
+
+def test_a_copied_deferring_callback_is_settled_too(hw, ht, tmp_path):
+    import copy
+
+    from hookwrap import _lifecycle
+
+    guard = ht.NanGuard()
+    target, _, _ = build("fit", hw, tmp_path, [1.0])
+    target.add_callback(guard)
+    guard._depth[(0, 0)] = 1  # a call in flight in this process
+    twin = copy.deepcopy(guard)
+    assert any(cb is twin for cb in _lifecycle.deferring_callbacks())  # settled at exit too
+    assert twin._depth == {}  # the original's calls in flight are not the copy's
+
+
+@pytest.mark.parametrize("phase", ["before", "after"])
+@pytest.mark.parametrize("path", ["fast", "general"])
+def test_an_error_after_a_stop_keeps_the_stop_as_its_context(hw, phase, path):
+    class Loop(hw.Hookable):
+        @hw.hookable
+        def step(self, x: int) -> int:
+            return x
+
+    def stop(self: Any) -> None:
+        raise hw.StopTraining("s")
+
+    def boom(self: Any) -> None:
+        raise ValueError("boom")
+
+    loop = Loop()
+    getattr(loop, phase)("step", stop)
+    getattr(loop, phase)("step", boom)
+    if path == "general":
+        loop.on_error("step", lambda self, exception: None)
+    with pytest.raises(ValueError) as raised:
+        loop.step(1)
+    assert isinstance(raised.value.__context__, hw.StopTraining)
+
+
+def test_a_pending_check_keeps_no_trainer_alive(hw, ht):
+    import gc
+    import weakref
+
+    from hookwrap.extend import boundary
+
+    class Trainer(hw.Hookable):
+        @hw.hookable
+        def loss(self, value: float) -> Any:
+            return torch.tensor(value)
+
+    guard = ht.NanGuard()
+    with boundary():
+        trainer = Trainer()
+        trainer.add_callback(guard)
+        trainer.loss(1.0)
+        alive = weakref.ref(trainer)
+        del trainer
+        gc.collect()
+        assert alive() is None

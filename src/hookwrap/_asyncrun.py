@@ -49,19 +49,19 @@ async def _settle(step: Any, raw: Any) -> Any:
 
 async def _run_steps(steps: Any, obj: Any, args: list[Any], kwargs: dict[str, Any],
                      result: Any) -> Any:
-    stop = None
-    for step in steps:
+    for i, step in enumerate(steps):
         if step.gate is None or step.gate.admit(obj):
             try:
                 raw = await _settle(step, step.invoke(obj, args, kwargs, result))
             except StopIteration as exc:
                 raise _stop_iteration(step) from exc
-            except StopTraining as exc:  # the phase's other callbacks first (_policy.run_steps)
-                stop = stop or exc
-                continue
+            except StopTraining:  # the phase's other callbacks first (_policy.finish_phase)
+                try:
+                    await _run_steps(steps[i + 1:], obj, args, kwargs, result)
+                except StopTraining:
+                    pass  # the first stop is the one raised
+                raise
             result = step.absorb(obj, args, kwargs, raw, result)
-    if stop is not None:
-        raise stop
     return result
 
 

@@ -18,7 +18,7 @@ from types import ModuleType
 from typing import Any, Callable
 
 from ._dispatch import join_point_of
-from ._lifecycle import Defers, is_boundary
+from ._lifecycle import Defers, is_boundary, settling
 from ._joinpoints import all_join_points, declared_custom_events, target_join_points
 from ._registration import Handle, register_entries, register_global
 from .errors import CallbackSignatureError, HookError, UnknownEventError, closest, safe_repr
@@ -162,7 +162,8 @@ def add_callback(target: Any, cb: Callback, /, **options: Any) -> Handle:
                                 f"Pass an instance of a hookwrap.Callback subclass (its event methods are "
                                 f"registered), or register a function with hookwrap.before/after/around.")
     make_options(where, **options)  # a bad option fails before anything is registered
-    return register_entries(target, _resolve_names(cb, _attach_target(target), where, options), where)
+    handle = register_entries(target, _resolve_names(cb, _attach_target(target), where, options), where)
+    return settling(handle, cb, target)
 
 
 def _attach_target(target: Any) -> Any:
@@ -253,7 +254,7 @@ def register_global_callback(cb: Any, **options: Any) -> Handle:
             if registration.phase != CUSTOM and registration.name not in known_jps:
                 raise _unknown(cb, event.replace("-", "_"), known, f"{where}({type(cb).__qualname__})")
             registrations.append(registration)
-        return register_global(registrations, where)
+        return settling(register_global(registrations, where), cb, None)
     if isinstance(cb, tuple) and len(cb) == 2:
         return register_global([_global_registration(cb[0], cb[1], opts, where)], where)
     raise NotACallbackError(

@@ -32,7 +32,7 @@ from types import MethodType
 from ._policy import MAX_CALL_SHAPES  # the bound on plans per chain or event (see there)
 from ._policy import MISSING, RECORD_ATTR, STATE_KEY
 from ._policy import step_slots as _step_slots
-from ._policy import finish_phase, run_steps
+from ._policy import finish_phase
 from ._fast_py import emitter as _pure_emitter
 from ._codegen import finish_emit as _finish_emit
 
@@ -845,23 +845,38 @@ cdef object _run_owned(Chain chain, object func, object obj, list args, dict kwa
         raise
 
 
+cdef object _run_phase(tuple steps, object obj, list args, dict kwargs, object result):
+    """_policy.run_steps in C: a StopTraining goes to finish_phase (the phase's
+    other callbacks, then it), from inside its handler, as every path does."""
+    cdef Step step
+    cdef Py_ssize_t j
+    for j in range(PyTuple_GET_SIZE(steps)):
+        step = <Step>PyTuple_GET_ITEM(steps, j)
+        if step.gate is None or step.gate.admit(obj):
+            try:
+                raw = step.invoke(obj, args, kwargs, result)
+            except _StopTraining as exc:
+                finish_phase(exc, steps[j + 1:], obj, args, kwargs, result)
+                raise  # finish_phase raises it: for the compiler
+            result = step.absorb(obj, args, kwargs, raw, result)
+    return result
+
+
 cdef object _run_main(Chain chain, object func, object obj, list args, dict kwargs):
-    # The general path: _policy.run_steps runs each phase (a StopTraining raised
-    # after the phase's other callbacks ran), as in the pure twin.
-    run_steps(chain.pre, obj, args, kwargs, None)
+    _run_phase(chain.pre, obj, args, kwargs, None)
     if chain.around:
         # Around advice sees the call's own arguments, without the object.
         result = call_around(chain.around, 0, func, obj,
                              tuple(args[1:] if chain.around[0].pass_obj else args), kwargs)
     else:
         result = func(*args, **kwargs)
-    return run_steps(chain.post, obj, args, kwargs, result)
+    return _run_phase(chain.post, obj, args, kwargs, result)
 
 
 def _run_error_steps(Chain chain, obj, list args, dict kwargs, exc):
     if isinstance(exc, _StopTraining):  # control flow, not a failure
         return
-    run_steps(chain.error, obj, args, kwargs, exc)
+    _run_phase(chain.error, obj, args, kwargs, exc)
 
 
 # --- Around advice ------------------------------------------------------------

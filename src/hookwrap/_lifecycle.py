@@ -17,9 +17,11 @@ is settled
 * at interpreter exit, where anything still pending is settled and reported on
   stderr, loudly.
 
-The boundaries are around advice the mixin adds to what the callback
-attaches (``describe()`` shows it as ``settle_at_end``), so they cost nothing
-on calls nested inside the outermost one but a dictionary look-up.
+The boundaries are around advice and a post callback the registration adds
+to what the callback attaches (``describe()`` shows ``settle_at_run_end`` or
+``settle_at_end``): once a run on ``fit``; on a target with no ``fit``, on
+every call of every join point, a few microseconds a step (weave the loop's
+own method as ``fit`` to avoid it).
 """
 
 from __future__ import annotations
@@ -30,17 +32,21 @@ import functools
 import sys
 import threading
 import weakref
+from threading import get_ident
 from collections.abc import Iterator
+from types import ModuleType
 from typing import Any, Callable, NamedTuple
 
 from ._events import CUSTOM, normalize, parse_event
 from ._describe import describe
+from ._dispatch import join_point_of
 from ._joinpoints import all_join_points, spec_of, target_join_points
 from ._reader import reader
+from ._registration import Handle
 from .errors import StopTraining
 
-__all__ = ["Defers", "Ending", "boundary", "deferring_callbacks", "is_boundary", "settle_all",
-           "settle_attached", "track_deferring"]
+__all__ = ["Defers", "Ending", "SettlingHandle", "boundary", "deferring_callbacks", "is_boundary",
+           "settle_all", "settle_attached", "settling", "track_deferring"]
 
 
 class Ending(NamedTuple):
@@ -49,8 +55,9 @@ class Ending(NamedTuple):
     where: str
     """``"fit"`` (the run's own join point ended), ``"outermost"`` (the hooked
     object's outermost call of another join point ended), ``"state"``
-    (``callback_state``), ``"script"`` (a ``hookwrap run`` script ended) or
-    ``"exit"`` (the interpreter is exiting)."""
+    (``callback_state``), ``"removed"`` (the callback's handle was removed),
+    ``"script"`` (a ``hookwrap run`` script ended) or ``"exit"`` (the interpreter
+    is exiting)."""
     exception: BaseException | None = None
     """What left the call (``StopTraining`` included); None when it returned."""
 
@@ -97,6 +104,19 @@ class Defers:
     def settle(self, obj: Any, ending: Ending) -> None:
         raise NotImplementedError(f"{type(self).__qualname__} defers, and must define settle(obj, ending)")
 
+    def __getstate__(self) -> dict[str, Any]:
+        got: Any = super().__getstate__()
+        state = dict(got if got is not None else self.__dict__)
+        for per_process in ("_depth", "_settled_for"):  # calls in flight here, not in the copy
+            state.pop(per_process, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._depth: dict[tuple[int, int], int] = {}
+        if self.defers():
+            track_deferring(self)  # a copy (torch.load, deepcopy) is settled at exit too
+
     def defers(self) -> bool:
         """Whether this callback holds anything back as set up (a monitor whose values
         are only read on demand does not): no boundary advice where it does not."""
@@ -124,28 +144,34 @@ class Defers:
         own (``run_event``) where the target has it, else every join point of the
         target (for the global tier: those the callback attaches to)."""
         if not hasattr(self, "_depth"):
-            self._depth: dict[int, int] = {}
+            self._depth = {}
         run = normalize(self.run_event) if self.run_event else None
-        if target is None:  # the global tier: the run's join points, else those of its events
+        if target is None:  # the global tier: the join points of its events, and the run's
             every = all_join_points()
             names = {normalize(name) for phase, name in (parse_event(e, "Defers") for e, _ in pairs)
                      if phase != CUSTOM}
-            if any(normalize(jp.event) == run for jp in every):
-                names = {run}  # type: ignore[arg-type]
+            if run is not None and any(normalize(jp.event) == run for jp in every):
+                names.add(run)
             found = {name: [jp for jp in every if normalize(jp.event) == name] for name in names}
         else:
             # Not `init`: an object being made holds nothing deferred yet.
             found = {name: [jp] for name, jp in target_join_points(target).items() if name != "init"}
-            if run in found:
-                found = {run: found[run]}
+            if run in found and found[run][0].run_wrapped is None:
+                found = {run: found[run]}  # a sync fit: its end alone (calls inside it are nested)
         advice: list[tuple[str, Callable[..., Any]]] = []
         for name, jps_named in sorted(found.items()):
-            # Sync join points only: a coroutine's or generator's call returns before it runs.
-            kinds = {spec_of(jp).has_obj for jp in jps_named if jp.run_wrapped is None}
-            if len(kinds) != 1 or len(jps_named) != sum(jp.run_wrapped is None for jp in jps_named):
-                continue  # mixed kinds under one global name: the script's end and exit settle
-            event = jps_named[0].event
-            at_run = name == run
+            event, at_run = jps_named[0].event, name == run
+            if any(jp.run_wrapped is not None for jp in jps_named):
+                # A coroutine's or generator's call returns before it runs: no around
+                # advice; a run's post and error callbacks run when it has (after the
+                # body, inside the coroutine), so they settle there.
+                if at_run:
+                    advice += [(f"post-{event}", reader(self._settle_after_run, "post-")),
+                               (f"error-{event}", reader(self._settle_after_failed_run, "error-", "exception"))]
+                continue
+            kinds = {spec_of(jp).has_obj for jp in jps_named}
+            if len(kinds) != 1:
+                continue  # methods and functions under one global name: the script's end and exit settle
             around: Callable[..., Any]
             if kinds == {True}:
                 around = self.settle_at_run_end if at_run else self.settle_at_end
@@ -180,7 +206,7 @@ class Defers:
     def _boundary(self, where: str, obj: Any, proceed: Callable[..., Any], args: tuple[Any, ...],
                   kwargs: dict[str, Any]) -> Any:
         depth = self._depth
-        key = id(obj)
+        key = (get_ident(), id(obj))  # per thread: another thread's call is not nested in this one
         outer = depth.get(key, 0)
         depth[key] = outer + 1
         try:
@@ -202,15 +228,15 @@ class Defers:
                 depth.pop(key, None)
 
     def _settle_after_run(self, obj: Any) -> None:
-        if not self._depth.get(id(obj)):
+        if not self._depth.get((get_ident(), id(obj))):
             self.settle(obj, Ending("fit"))
 
     def _settle_after_failed_run(self, obj: Any, exception: BaseException) -> None:
-        if not self._depth.get(id(obj)) and self._settled_for != id(exception):
+        if not self._depth.get((get_ident(), id(obj))) and self._settled_for != id(exception):
             self.settle(obj, Ending("fit", exception))
 
     def _settle_after(self, obj: Any) -> None:
-        if not self._depth.get(id(obj)) and not _script_depth:  # inside a script, its end will come
+        if not self._depth.get((get_ident(), id(obj))) and not _script_depth:  # inside a script, its end will come
             self.settle(obj, Ending("outermost"))
 
 
@@ -225,6 +251,33 @@ def is_boundary(fn: Any) -> bool:
     if type(fn) is functools.partial and fn.args:
         fn = fn.args[0]  # a reader: the handler it calls
     return getattr(fn, "__func__", None) in _BOUNDARY_FUNCTIONS
+
+
+class SettlingHandle(Handle):
+    """A deferring callback's handle: ``remove()`` settles what it holds first (the
+    rows it was given are written, a NaN it queued is reported), as a callback
+    removed mid-run would otherwise take them with it."""
+
+    __slots__ = ("_settle",)
+
+    def __init__(self, handle: Handle, settle: Callable[[], None]) -> None:
+        super().__init__(handle._places)
+        self._settle: Callable[[], None] | None = settle
+
+    def remove(self) -> None:
+        settle, self._settle = self._settle, None
+        if settle is not None and self.active:
+            settle()
+        super().remove()
+
+
+def settling(handle: Handle, cb: Any, target: Any) -> Handle:
+    """``handle``, settling ``cb`` when removed where ``cb`` defers."""
+    if not isinstance(cb, Defers):
+        return handle
+    # an object's own callbacks settle for it; a class's, a function's, a module's for all
+    obj = None if isinstance(target, (type, ModuleType)) or join_point_of(target) is not None else target
+    return SettlingHandle(handle, functools.partial(cb.settle, obj, Ending("removed")))
 
 
 def track_deferring(cb: Defers) -> None:

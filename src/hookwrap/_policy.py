@@ -116,21 +116,17 @@ def run_steps(steps: tuple[Any, ...], obj: Any, args: list[Any], kwargs: dict[st
     or saved does not depend on the order callbacks were attached in). The fast
     paths (``_fast.pyx:_run_fast``, ``_codegen.runner``, the emit runners,
     ``_asyncrun``) mirror this."""
-    stop = None
-    for step in steps:
+    for i, step in enumerate(steps):
         if step.gate is None or step.gate.admit(obj):
             try:
                 raw = step.invoke(obj, args, kwargs, result)
             except Exception as exc:
                 from .errors import StopTraining  # errors imports this module: here, on an error only
 
-                if not isinstance(exc, StopTraining):
-                    raise
-                stop = stop or exc
-                continue
+                if isinstance(exc, StopTraining):  # inside the handler: a later error chains to it
+                    finish_phase(exc, steps[i + 1:], obj, args, kwargs, result)
+                raise
             result = step.absorb(obj, args, kwargs, raw, result)
-    if stop is not None:
-        raise stop
     return result
 
 

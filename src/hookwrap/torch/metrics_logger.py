@@ -350,13 +350,13 @@ class MetricsLogger(Defers, CountingCallback):
         self._read_all()
         self.flush()
         # A module logger (mlflow) pickles by name: modules do not pickle.
-        return {**self.__dict__, "loggers": [_ModuleByName(s.__name__) if isinstance(s, types.ModuleType)
-                                             else s for s in self.loggers]}
+        return {**super().__getstate__(), "loggers": [_ModuleByName(s.__name__) if isinstance(s, types.ModuleType)
+                                                      else s for s in self.loggers]}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         state["loggers"] = [importlib.import_module(s.name) if isinstance(s, _ModuleByName) else s
                             for s in state["loggers"]]
-        self.__dict__.update(state)
+        super().__setstate__(state)
 
     # --- internals -----------------------------------------------------------------
 

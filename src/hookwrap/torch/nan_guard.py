@@ -105,7 +105,7 @@ class NanGuard(Defers, QueuesReadBacks, CountingCallback):
         self._steps_counted = False  # a step event is attached (read back there)
         self._first: tuple[int, str, Any, str, int, str] | None = None  # (check, what, value, where, step, of)
         self._last_what = ""
-        self._checked_on: Any = None  # the hooked object of the checks queued since then
+        self._checked_on: int | None = None  # id() of the hooked object of the checks queued since then
         self.run_event = fit_event if not self.sync else None
 
     @property
@@ -137,7 +137,7 @@ class NanGuard(Defers, QueuesReadBacks, CountingCallback):
         if ending.failed:
             assert ending.exception is not None
             self.failed_fit(obj, ending.exception)
-        elif obj is None or self._checked_on is obj or self._first is not None:
+        else:  # whatever is pending, of this object or another it checked (one guard, two models)
             self._read_back(wait=True)
 
     def pending(self) -> str:
@@ -196,7 +196,7 @@ class NanGuard(Defers, QueuesReadBacks, CountingCallback):
     def decide_for(self, obj: Any) -> None:
         """``readback.settle(obj)``: decide now on the checks queued for ``obj`` (those
         of another loop, or of one abandoned mid-run, are not this one's to stop)."""
-        if self._since and self._checked_on is obj:
+        if self._since and self._checked_on == id(obj):
             self._read_back(wait=True)
 
     def check_pending(self) -> None:
@@ -211,9 +211,10 @@ class NanGuard(Defers, QueuesReadBacks, CountingCallback):
             self._check_now(obj, what, value)
             return
         self._since += 1
-        self._checked_on = obj
+        self._checked_on = id(obj)  # an id: a pending check keeps no trainer alive
         self._last_what = what
-        found_now = self._queue(value, "", (self.checked, what, self.step, obj))
+        of = f" ({type(obj).__name__})" if obj is not None else ""
+        found_now = self._queue(value, "", (self.checked, what, self.step, of))
         if (found_now or self._first is not None) and not is_distributed():
             # A number (decided now, after the tensors queued before it), or a value
             # delivered by another callback's read.
@@ -267,9 +268,8 @@ class NanGuard(Defers, QueuesReadBacks, CountingCallback):
         elif values[0]:
             self._record(context, values[1], path)
 
-    def _record(self, context: tuple[int, str, int, Any], value: Any, path: str) -> None:
-        check, what, step, obj = context
-        of = f" ({type(obj).__name__})" if obj is not None else ""
+    def _record(self, context: tuple[int, str, int, str], value: Any, path: str) -> None:
+        check, what, step, of = context
         if self._first is None or check < self._first[0]:
             self._first = (check, what, value, path, step, of)
 
