@@ -40,8 +40,8 @@ from typing import Any, Callable, NamedTuple
 from ._events import CUSTOM, normalize, parse_event
 from ._describe import describe
 from ._dispatch import join_point_of
-from ._joinpoints import all_join_points, spec_of, target_join_points
-from ._reader import reader
+from ._joinpoints import all_join_points, target_join_points
+from ._reader import per_join_point, reader
 from ._registration import Handle
 from .errors import StopTraining
 
@@ -169,14 +169,12 @@ class Defers:
                     advice += [(f"post-{event}", reader(self._settle_after_run, "post-")),
                                (f"error-{event}", reader(self._settle_after_failed_run, "error-", "exception"))]
                 continue
-            kinds = {spec_of(jp).has_obj for jp in jps_named}
-            if len(kinds) != 1:
-                continue  # methods and functions under one global name: the script's end and exit settle
-            around: Callable[..., Any]
-            if kinds == {True}:
-                around = self.settle_at_run_end if at_run else self.settle_at_end
-            else:
-                around = self.settle_at_run_end_fn if at_run else self.settle_at_end_fn
+            # Chosen per join point when planned (a method's advice gets the object, a
+            # function's does not): the global tier reaches both, and ones made later.
+            methods = (self.settle_at_run_end, self.settle_at_run_end_fn) if at_run else \
+                (self.settle_at_end, self.settle_at_end_fn)
+            around = per_join_point(self, methods[0].__name__, functools.partial(_by_object, *methods))
+            vars(around)[_BOUNDARY_ATTR] = True
             after = reader(self._settle_after_run if at_run else self._settle_after, "post-")
             advice += [(f"around-{event}", around), (f"post-{event}", after)]
             if at_run:  # once a run: a post callback of the run's own raising is seen too
@@ -246,8 +244,17 @@ _BOUNDARY_FUNCTIONS = frozenset({
 })
 
 
+_BOUNDARY_ATTR = "__hookwrap_boundary__"  # on a boundary's around advice (chosen per join point)
+
+
+def _by_object(with_object: Any, without_object: Any, spec: Any) -> Any:
+    return with_object if spec.has_obj else without_object
+
+
 def is_boundary(fn: Any) -> bool:
     """Is ``fn`` (a registered callable) one of a Defers' boundaries (a reader of one)?"""
+    if getattr(fn, "__dict__", {}).get(_BOUNDARY_ATTR):
+        return True
     if type(fn) is functools.partial and fn.args:
         fn = fn.args[0]  # a reader: the handler it calls
     return getattr(fn, "__func__", None) in _BOUNDARY_FUNCTIONS
