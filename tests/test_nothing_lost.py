@@ -834,3 +834,34 @@ def test_a_pending_check_keeps_no_trainer_alive(hw, ht):
         del trainer
         gc.collect()
         assert alive() is None
+
+
+@pytest.mark.parametrize("first", ["logger", "guard"])
+def test_a_run_a_nan_ends_is_failed_for_every_logger_whatever_the_order(hw, ht, first):
+    class Sink:
+        def __init__(self) -> None:
+            self.statuses: list[str] = []
+
+        def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+            pass
+
+        def finalize(self, status: str) -> None:
+            self.statuses.append(status)
+
+    class Loop(hw.Hookable):
+        @hw.hookable
+        def loss(self, value: float) -> Any:
+            return torch.tensor(value)
+
+        @hw.hookable
+        def fit(self) -> None:
+            for value in (1.0, math.nan, 1.0):
+                self.loss(value)
+
+    sink, loop = Sink(), Loop()
+    callbacks = [ht.MetricsLogger(loggers=[sink]), ht.NanGuard()]
+    for cb in callbacks if first == "logger" else callbacks[::-1]:
+        loop.add_callback(cb)
+    with pytest.raises(ht.NonFiniteError):
+        loop.fit()
+    assert sink.statuses == ["failed"]

@@ -19,6 +19,8 @@ from typing import Any, Callable, NamedTuple, NoReturn, Protocol
 from ..errors import HookError
 from ..extend import Defers, Ending, reader, track_deferring
 from ._attach import DefaultEvent, CountingCallback, is_rank_zero, positive_number, to_float, whole_number
+from .distributed import is_distributed
+from .readback import settle as settle_decisions
 from .readback import shared
 
 __all__ = ["CSVWriter", "MetricsLogger", "MetricsSink", "TensorBoardWriter", "tensorboard_available"]
@@ -317,6 +319,12 @@ class MetricsLogger(Defers, CountingCallback):
             return
         failure = ending.exception if ending.failed else None
         if ending.run_ended:
+            if failure is None and obj is not None and not is_distributed():
+                # Before a "success": a guard that deferred a decision on this run takes it
+                # now (a NaN fails the run for every logger, whatever the attach order;
+                # its error then reaches the run's error callbacks, and "failed"). Not
+                # under torch.distributed: a collective, and only rank 0 gets here.
+                settle_decisions(obj)
             self._finish("failed" if failure is not None else "success", failure)
             return
         self._read_all()
