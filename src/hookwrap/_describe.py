@@ -43,6 +43,17 @@ class Description:
 
     __repr__ = __str__
 
+    def callback_objects(self) -> list[Any]:
+        """The callback objects behind the entries (a ``Callback``'s bound methods and
+        readers), each once, in chain order."""
+        found: dict[int, Any] = {}
+        for entries in self.chains.values():
+            for entry in entries:
+                owner = getattr(entry.fn, "__self__", None)
+                if owner is not None:
+                    found.setdefault(id(owner), owner)
+        return list(found.values())
+
 
 def _split(event: str) -> tuple[str | None, str]:
     """``"pre-step"`` -> ``("pre", "step")``; ``"step"`` -> ``(None, "step")``."""

@@ -97,9 +97,9 @@ class Defers:
     (a NaN found at the end of ``fit`` raises there)."""
 
     run_event: Any = "fit"
-    _settled_for = 0  # id() of the error a boundary settled on last
     """The join point of a whole run: where the target has it, its end is the
     boundary; elsewhere the outermost call of each join point is."""
+    _settled_for = 0  # id() of the error a boundary settled on last
 
     def settle(self, obj: Any, ending: Ending) -> None:
         raise NotImplementedError(f"{type(self).__qualname__} defers, and must define settle(obj, ending)")
@@ -166,19 +166,20 @@ class Defers:
                 # advice; a run's post and error callbacks run when it has (after the
                 # body, inside the coroutine), so they settle there.
                 if at_run:
-                    advice += [(f"post-{event}", reader(self._settle_after_run, "post-")),
-                               (f"error-{event}", reader(self._settle_after_failed_run, "error-", "exception"))]
+                    advice += [(f"post-{event}", _marked(reader(self._settle_after_run, "post-"))),
+                               (f"error-{event}", _marked(reader(self._settle_after_failed_run, "error-",
+                                                                 "exception")))]
                 continue
             # Chosen per join point when planned (a method's advice gets the object, a
             # function's does not): the global tier reaches both, and ones made later.
             methods = (self.settle_at_run_end, self.settle_at_run_end_fn) if at_run else \
                 (self.settle_at_end, self.settle_at_end_fn)
-            around = per_join_point(self, methods[0].__name__, functools.partial(_by_object, *methods))
-            vars(around)[_BOUNDARY_ATTR] = True
-            after = reader(self._settle_after_run if at_run else self._settle_after, "post-")
+            around = _marked(per_join_point(self, methods[0].__name__, functools.partial(_by_object, *methods)))
+            after = _marked(reader(self._settle_after_run if at_run else self._settle_after, "post-"))
             advice += [(f"around-{event}", around), (f"post-{event}", after)]
             if at_run:  # once a run: a post callback of the run's own raising is seen too
-                advice.append((f"error-{event}", reader(self._settle_after_failed_run, "error-", "exception")))
+                advice.append((f"error-{event}", _marked(reader(self._settle_after_failed_run, "error-",
+                                                                "exception"))))
         return advice
 
     # The boundary is the end of the outermost call *with its post callbacks* (where
@@ -238,13 +239,12 @@ class Defers:
             self.settle(obj, Ending("outermost"))
 
 
-_BOUNDARY_FUNCTIONS = frozenset({
-    Defers.settle_at_run_end, Defers.settle_at_run_end_fn, Defers.settle_at_end, Defers.settle_at_end_fn,
-    Defers._settle_after_run, Defers._settle_after, Defers._settle_after_failed_run,
-})
+_BOUNDARY_ATTR = "__hookwrap_boundary__"  # on each boundary callable boundary_advice makes
 
 
-_BOUNDARY_ATTR = "__hookwrap_boundary__"  # on a boundary's around advice (chosen per join point)
+def _marked(fn: Any) -> Any:
+    vars(fn)[_BOUNDARY_ATTR] = True
+    return fn
 
 
 def _by_object(with_object: Any, without_object: Any, spec: Any) -> Any:
@@ -252,12 +252,8 @@ def _by_object(with_object: Any, without_object: Any, spec: Any) -> Any:
 
 
 def is_boundary(fn: Any) -> bool:
-    """Is ``fn`` (a registered callable) one of a Defers' boundaries (a reader of one)?"""
-    if getattr(fn, "__dict__", {}).get(_BOUNDARY_ATTR):
-        return True
-    if type(fn) is functools.partial and fn.args:
-        fn = fn.args[0]  # a reader: the handler it calls
-    return getattr(fn, "__func__", None) in _BOUNDARY_FUNCTIONS
+    """Is ``fn`` (a registered callable) one of a Defers' boundaries?"""
+    return bool(getattr(fn, "__dict__", {}).get(_BOUNDARY_ATTR))
 
 
 class SettlingHandle(Handle):
@@ -302,14 +298,9 @@ def deferring_callbacks() -> list[Defers]:
 
 def settle_attached(obj: Any, ending: Ending) -> None:
     """Settle the deferring callbacks attached to ``obj`` (any tier)."""
-    seen: dict[int, Defers] = {}
-    for entries in describe(obj).chains.values():
-        for entry in entries:
-            owner = getattr(entry.fn, "__self__", None)
-            if isinstance(owner, Defers):
-                seen.setdefault(id(owner), owner)
-    for cb in seen.values():
-        cb.settle(obj, ending)
+    for cb in describe(obj).callback_objects():
+        if isinstance(cb, Defers):
+            cb.settle(obj, ending)
 
 
 def settle_all(ending: Ending) -> list[tuple[Defers, BaseException]]:

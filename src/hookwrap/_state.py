@@ -18,19 +18,14 @@ def stateful_callbacks(obj: Any, where: str = "stateful_callbacks") -> dict[str,
     """``state_key -> callback`` for each callback object with ``state_dict()`` attached
     to ``obj`` in any tier, in chain order. A key taken already gets ``#2``, ``#3``, ...
     (two callbacks of one class and settings, in the order they were attached)."""
-    found: dict[int, Any] = {}
     try:
-        chains = describe(obj).chains
+        owners = describe(obj).callback_objects()
     except HookError as exc:  # told as this function's error: the object is what was passed
         raise HookError(f"{where}({type(obj).__qualname__}): {exc}") from None
-    for entries in chains.values():
-        for entry in entries:
-            owner = getattr(entry.fn, "__self__", None)
-            if owner is not None and callable(getattr(owner, "state_dict", None)) \
-                    and callable(getattr(owner, "load_state_dict", None)):
-                found.setdefault(id(owner), owner)
+    found = [cb for cb in owners if callable(getattr(cb, "state_dict", None))
+             and callable(getattr(cb, "load_state_dict", None))]
     keyed: dict[str, Any] = {}
-    for cb in found.values():
+    for cb in found:
         base = getattr(cb, "state_key", type(cb).__qualname__)
         key, n = base, 1
         while key in keyed:

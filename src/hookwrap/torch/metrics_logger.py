@@ -307,11 +307,6 @@ class MetricsLogger(Defers, CountingCallback):
         later row reopens them)."""
         self._finish("success", None)
 
-    def failed_fit(self, obj: Any, exception: BaseException) -> None:
-        """As ``close``, with ``finalize("failed")``; a logger that raises adds a note
-        to the fit's own exception, which propagates."""
-        self._finish("failed", exception)
-
     def settle(self, obj: Any, ending: Ending) -> None:
         """A boundary (``hookwrap.extend.Defers``): every row sent; at the end of the
         run, the loggers finalized (``"failed"`` when an error is leaving it)."""
