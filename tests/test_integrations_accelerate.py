@@ -116,3 +116,35 @@ def test_remove_restores(hw, preset):
     accelerator, model, optimizer = prepared()
     with pytest.raises(hw.UnknownEventError):
         hw.before(accelerator, "backward", lambda self: None)
+
+
+def test_optimizer_step_fires_once_per_real_update_under_accumulation(hw, preset):
+    """accelerate's own accumulation (``accelerator.accumulate``): ``optimizer.step()`` is
+    called every batch and skips until the gradients are synchronized; the event is the
+    update, counted as Adam counts its own steps and as accelerate's scheduler steps."""
+    from hookwrap.torch import EMA, LRMonitor
+
+    with preset.weave():
+        torch.manual_seed(0)
+        accelerator = accelerate.Accelerator(cpu=True, gradient_accumulation_steps=2)
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+        model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+        updates: list[int] = []
+        hw.after(accelerator, "optimizer_step", lambda self: updates.append(1))
+        ema, lrs = EMA(0.9, eval_event=None, model=model), LRMonitor(optimizer=optimizer)
+        hw.add_callback(accelerator, ema)
+        hw.add_callback(accelerator, lrs)
+        g = torch.Generator().manual_seed(1)
+        for _ in range(24):
+            x, y = torch.randn(8, 4, generator=g), torch.randn(8, 1, generator=g)
+            with accelerator.accumulate(model):
+                accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad()
+        adam_steps = int(optimizer.optimizer.state[model.weight]["step"])
+        assert adam_steps == 12 and len(updates) == 12
+        assert ema.updates == 12
+        assert [lr for _, (lr,) in lrs.history] == pytest.approx([0.1 * 0.5 ** i for i in range(12)])

@@ -17,7 +17,10 @@ Events, of the accelerator (accelerate 1.x):
                    after it
 ``optimizer_step`` ``step()`` of an optimizer prepared by this accelerator
                    (``AcceleratedOptimizer.step``, routed to the accelerator that prepared it;
-                   ``LRMonitor(optimizer=...)`` after it)
+                   ``LRMonitor(optimizer=...)`` after it), once per real update: under
+                   ``accelerator.accumulate(model)`` the calls accelerate skips (gradients
+                   not synchronized yet) run without callbacks, so EMA, LRMonitor and the
+                   step counts follow the updates, as ``accelerator.step`` does
 =================  =====================================================================
 
 The loop is yours, so ``fit``, ``epoch``, ``step`` and ``evaluate`` are your
@@ -74,7 +77,9 @@ def weave(accelerator: Any = None, *, stop: str = "raise") -> PresetHandle:
 
     def optimizer_owner(optimizer: Any) -> Any:
         ref = owners.get(optimizer)
-        return None if ref is None else ref()
+        if ref is None or not optimizer.gradient_state.sync_gradients:
+            return None  # accumulating: accelerate skips this call, so it is no optimizer step
+        return ref()
 
     options: dict[str, Any] = {"stop": trigger} if stop == "trigger" else {}
     with handle.building():
