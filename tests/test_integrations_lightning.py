@@ -124,7 +124,9 @@ def test_stop_from_a_step_callback(hw, preset):
 def test_remove_restores_and_bad_input_is_refused(hw, preset):
     from lightning.pytorch.loops import _EvaluationLoop, _FitLoop, _TrainingEpochLoop
 
-    classes = (Module, _FitLoop, _TrainingEpochLoop, _EvaluationLoop)
+    from lightning.pytorch.core.optimizer import LightningOptimizer
+
+    classes = (Module, _FitLoop, _TrainingEpochLoop, _EvaluationLoop, LightningOptimizer)
     before = [dict(vars(c)) for c in classes]
     handle = preset.weave(Module)
     assert set(handle.events) == {"fit", "epoch", "step", "loss", "backward", "optimizer_step", "evaluate"}
@@ -138,3 +140,97 @@ def test_remove_restores_and_bad_input_is_refused(hw, preset):
         preset.weave()
     with pytest.raises(hw.HookError, match="expected your LightningModule subclass"):
         preset.weave(torch.nn.Linear)
+
+
+class ManualModule(Module):
+    """Lightning's manual optimization, as its docs write it: manual_backward, then opt.step()
+    every ``accumulate`` batches."""
+
+    def __init__(self, lr: float = 0.1, accumulate: int = 1) -> None:
+        super().__init__(lr)
+        self.automatic_optimization = False
+        self.accumulate = accumulate
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        opt = self.optimizers()
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self.layer(x), y)
+        self.manual_backward(loss / self.accumulate)
+        if (batch_idx + 1) % self.accumulate == 0:
+            opt.step()
+            opt.zero_grad()
+        return loss
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_manual_optimization_steps_and_the_loss_it_backpropagates(hw, preset, accumulate):
+    """Each ``opt.step()`` is an optimizer_step, counted as Lightning counts global_step; the
+    loss is scaled where manual_backward takes it; a change after it was used is refused."""
+    from hookwrap.torch import LRMonitor
+
+    with preset.weave(ManualModule):
+        module = ManualModule(lr=0.5, accumulate=accumulate)
+        steps, backwards = [], []
+        hw.after(module, "optimizer_step", lambda self: steps.append(self.trainer.global_step))
+        hw.before(module, "backward", lambda self, loss: backwards.append(1) or loss * 0.0)
+        before = weights(module)
+        run = trainer(epochs=2)
+        run.fit(module, loader())
+        assert run.global_step == 8 // accumulate == len(steps) and len(backwards) == 8
+        assert torch.equal(weights(module), before)  # every loss backpropagated was scaled to 0
+
+    with preset.weave(ManualModule):
+        module = ManualModule(lr=0.5)
+        hw.after(module, "loss", lambda self, return_value: return_value * 0.0)
+        with pytest.raises(hw.HookError, match="manual optimization.*Change it on 'backward'"):
+            trainer(epochs=1).fit(module, loader())
+        module = ManualModule(lr=0.5)
+        seen = []
+        hw.after(module, "loss", lambda self, return_value: seen.append(float(return_value)) or return_value)
+        trainer(epochs=1).fit(module, loader())
+        assert len(seen) == 4
+
+
+def test_automatic_accumulation_counts_updates(hw, preset):
+    with preset.weave(Module):
+        module = Module(lr=0.1)
+        steps, losses = [], []
+        hw.after(module, "optimizer_step", lambda self: steps.append(1))
+        hw.after(module, "loss", lambda self: losses.append(1))
+        run = pl.Trainer(max_epochs=2, accelerator="cpu", logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, accumulate_grad_batches=2)
+        run.fit(module, loader())
+        assert len(steps) == run.global_step == 4 and len(losses) == 8
+
+
+def test_validate_test_and_predict_outside_fit_are_no_evaluations(hw, preset, tmp_path):
+    """The documented attach, then Lightning's other loops: nothing raised, and only
+    fit's validation runs are evaluations (Lightning's EarlyStopping counts the same)."""
+    from hookwrap.torch import BestCheckpoint, EarlyStopping, MetricsLogger, NanGuard
+
+    class Tested(Module):
+        def test_step(self, batch: Any, batch_idx: int) -> None:
+            x, y = batch
+            self.log("test_loss", torch.nn.functional.mse_loss(self.layer(x), y))
+
+        def predict_step(self, batch: Any, batch_idx: int) -> Any:
+            return self.layer(batch[0])
+
+    with preset.weave(Tested):
+        module = Tested(lr=0.1)
+        stopping = EarlyStopping("val_loss", patience=5)
+        logger = MetricsLogger(tmp_path / "m.csv", tensorboard=False)
+        for cb in (stopping, BestCheckpoint(tmp_path / "best.pt", monitor="val_loss", model=module, optimizer=None), logger,
+                   NanGuard()):
+            hw.add_callback(module, cb)
+        evaluations = []
+        hw.after(module, "evaluate", lambda self: evaluations.append(1))
+        run = trainer(epochs=2)
+        run.fit(module, loader(), loader())
+        run.validate(module, loader())
+        run.test(module, loader())
+        predictions = run.predict(module, loader())
+        assert len(evaluations) == 2 and len(predictions) == 4
+        assert stopping.best.value is not None
+        names = {name for _, name, _ in logger.read()}
+        assert "val_loss" in names and "test_loss" not in names

@@ -219,11 +219,14 @@ def _body(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def stage(handle: PresetHandle, cls: type, event: str, attr: str, *,
           stop: Callable[[Any, StopTraining], bool] | None = None, fit: bool = False,
-          within: Callable[..., Any] | None = None) -> Callable[..., Any]:
+          within: Callable[..., Any] | None = None,
+          changed: Callable[[Any, Any, Any], None] | None = None) -> Callable[..., Any]:
     """Make ``cls.attr`` join point ``event``. ``stop(owner, exc)`` asks the framework
     to stop (False: it cannot, as outside a run; the exception propagates). ``fit``: this stage is the run.
     ``within``: fire only while that stage (as returned by ``stage``) runs in this
-    thread; other calls run the original without callbacks. Returns the stage's body."""
+    thread; other calls run the original without callbacks. ``changed(owner, original,
+    result)``: called when the callbacks returned another value than the original did
+    (to refuse a change the framework would never see). Returns the stage's body."""
     where = f"hookwrap.integrations: {handle.description}"
     fn = _raw(cls, attr, where)
     if not isinstance(fn, FunctionType):
@@ -252,7 +255,10 @@ def stage(handle: PresetHandle, cls: type, event: str, attr: str, *,
             runs.append(self)
             _running[id(self)] = _running.get(id(self), 0) + 1
         try:
-            return woven(self, *args, **kwargs)
+            result = woven(self, *args, **kwargs)
+            if changed is not None and slot[1] is _DONE and result is not slot[2]:
+                changed(self, slot[2], result)
+            return result
         except StopTraining as exc:
             if stop is None or not stop(self, exc):
                 raise

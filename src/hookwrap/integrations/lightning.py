@@ -14,13 +14,26 @@ woven on your class, and the loop stages Lightning runs for it are routed to it:
 ``step``           ``_TrainingEpochLoop.advance``: one training batch (its optimizer step,
                    and the validation run it triggers)
 ``loss``           ``training_step``: returns the loss (or the mapping holding it)
-``backward``       ``backward(loss)``, as Lightning's automatic optimization calls it
-``optimizer_step`` ``optimizer_step``: runs the closure (``training_step`` and ``backward``)
-                   and steps the optimizer, so ``loss`` and ``backward`` fire inside it
-``evaluate``       ``_EvaluationLoop.run`` during fit, validate and test (not the sanity
-                   check): returns ``trainer.callback_metrics`` (what ``self.log`` logged,
-                   ``val_loss``), which ``EarlyStopping`` and ``BestCheckpoint`` read
+``backward``       ``backward(loss)``: automatic optimization calls it, and so does
+                   ``self.manual_backward(loss)`` in manual optimization
+``optimizer_step`` ``optimizer_step``, once per real update: automatic optimization calls
+                   it only when ``accumulate_grad_batches`` batches are in (it runs the
+                   closure: ``training_step`` and ``backward``, so ``loss`` and ``backward``
+                   fire inside it); in manual optimization (``automatic_optimization =
+                   False``) each ``opt.step()`` of an optimizer from ``self.optimizers()``
+                   is routed through it, so the count is ``trainer.global_step`` either way
+``evaluate``       ``_EvaluationLoop.run`` during ``fit`` (not the sanity check): returns
+                   ``trainer.callback_metrics`` (what ``self.log`` logged, ``val_loss``),
+                   which ``EarlyStopping`` and ``BestCheckpoint`` read. As Lightning's own
+                   ``EarlyStopping`` and ``ModelCheckpoint``, ``validate()``, ``test()`` and
+                   ``predict()`` called outside ``fit`` are no evaluations: they run with
+                   callbacks attached and fire none
 =================  =====================================================================
+
+Manual optimization: ``training_step`` returns its loss after ``manual_backward``
+used it, so a callback on ``loss`` that returns another value would change nothing
+the weights see: it is refused at that step, naming ``backward`` (whose ``loss``
+argument is ``manual_backward``'s) as the event to scale or replace the loss on.
 
 ``hw.StopTraining`` raised by any callback during ``fit`` sets
 ``trainer.should_stop = True``, as Lightning's own ``EarlyStopping`` does: the
@@ -33,10 +46,11 @@ is the module itself; ``LRMonitor(optimizer=...)`` takes the optimizer.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from ..errors import HookError
-from ._weaving import PresetHandle, routed, stage, stop_while_running, target_class
+from ._weaving import PresetHandle, _Layer, _raw, routed, stage, stop_while_running, target_class
 
 __all__ = ["weave"]
 
@@ -45,6 +59,8 @@ def weave(module: Any = None) -> PresetHandle:
     """Weave your ``LightningModule`` subclass (or the class of ``module``, an instance).
     Returns a handle whose ``remove()`` restores everything."""
     import lightning.pytorch as pl
+    from lightning.pytorch.core.optimizer import LightningOptimizer
+    from lightning.pytorch.trainer.states import TrainerFn
     from lightning.pytorch.loops.evaluation_loop import _EvaluationLoop
     from lightning.pytorch.loops.fit_loop import _FitLoop
     from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
@@ -67,18 +83,63 @@ def weave(module: Any = None) -> PresetHandle:
     def owner(loop: Any) -> Any:
         return loop.trainer.lightning_module
 
-    def evaluated(loop: Any) -> Any:
-        return None if loop.trainer.sanity_checking else loop.trainer.lightning_module
+    def evaluated(loop: Any) -> Any:  # validation during fit only, as Lightning's EarlyStopping counts it
+        trainer = loop.trainer
+        return trainer.lightning_module if trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking \
+            else None
 
     def metrics(owner: Any, result: Any) -> dict[str, Any]:
         return dict(owner.trainer.callback_metrics)
+
+    def loss_changed(module: Any, original: Any, result: Any) -> None:
+        if module.automatic_optimization:
+            return
+        raise HookError(
+            f"hookwrap.integrations.lightning: a callback on 'loss' returned another value than "
+            f"{type(module).__qualname__}.training_step did, and the module uses manual optimization "
+            f"(automatic_optimization = False): manual_backward has used the loss by then, so the change "
+            f"would reach no weight. Change it on 'backward' instead (a before callback taking and "
+            f"returning `loss`, the argument of self.manual_backward).")
 
     with handle.building():
         routed(handle, cls, "fit", _FitLoop, "run", owner, fit=True)
         routed(handle, cls, "epoch", _TrainingEpochLoop, "run", owner, stop=stop)
         routed(handle, cls, "step", _TrainingEpochLoop, "advance", owner, stop=stop)
-        stage(handle, cls, "loss", "training_step", stop=stop)
+        stage(handle, cls, "loss", "training_step", stop=stop, changed=loss_changed)
         stage(handle, cls, "backward", "backward", stop=stop)
         stage(handle, cls, "optimizer_step", "optimizer_step", stop=stop)
         routed(handle, cls, "evaluate", _EvaluationLoop, "run", evaluated, returns=metrics, stop=stop)
+        _route_manual_steps(handle, cls, LightningOptimizer, where)
     return handle
+
+
+def _route_manual_steps(handle: PresetHandle, cls: type, optimizer_cls: type, where: str) -> None:
+    """In manual optimization, ``opt.step()`` of a ``LightningOptimizer`` is an update
+    Lightning counts (``global_step``) but never passes through the module's
+    ``optimizer_step``: route it there, so the event is the same update in both modes.
+    The module's ``optimizer_step`` (Lightning's, unless yours overrides it) then calls
+    ``opt.step(closure=...)``, which goes to the optimizer itself; what it returns (the
+    closure's output) is what ``opt.step()`` returns."""
+    original = _raw(optimizer_cls, "step", where)
+    layer = _Layer(optimizer_cls, "step", original)
+    local = threading.local()  # .inner: [what the inner step returned], while one is routed
+
+    def step(self: Any, closure: Any = None, **kwargs: Any) -> Any:
+        inner = getattr(local, "inner", None)
+        strategy = getattr(self, "_strategy", None)
+        module = getattr(strategy, "lightning_module", None)
+        if inner is not None or layer.removed or kwargs or not isinstance(module, cls) \
+                or module.automatic_optimization or not module.trainer.training:
+            result = original(self, closure, **kwargs)
+            if inner is not None:
+                inner.append(result)
+            return result
+        trainer, local.inner = module.trainer, []
+        try:
+            module.optimizer_step(trainer.current_epoch, trainer.fit_loop.epoch_loop.batch_idx, self, closure)
+            return local.inner[0] if local.inner else None
+        finally:
+            local.inner = None
+
+    step.__wrapped__ = original  # type: ignore[attr-defined]
+    layer.put(handle, step)
