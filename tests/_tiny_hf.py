@@ -9,7 +9,9 @@ import torch
 import transformers as hf
 
 
-def tiny_trainer(tmp_path: Any, steps: int = 4, evaluate_every: int | None = None, cls: Any = None) -> Any:
+def tiny_trainer(tmp_path: Any, steps: int = 4, evaluate_every: int | None = None, cls: Any = None,
+                 **arguments: Any) -> Any:
+    """``arguments``: more TrainingArguments (gradient_accumulation_steps=4, logging_steps=1, ...)."""
     torch.manual_seed(0)
     config = hf.GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2,
                            bos_token_id=0, eos_token_id=0)
@@ -25,6 +27,7 @@ def tiny_trainer(tmp_path: Any, steps: int = 4, evaluate_every: int | None = Non
 
     args = hf.TrainingArguments(
         output_dir=str(tmp_path), max_steps=steps, per_device_train_batch_size=4, per_device_eval_batch_size=16,
-        report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True, logging_strategy="no",
-        eval_strategy="steps" if evaluate_every else "no", eval_steps=evaluate_every, learning_rate=1e-2)
+        report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True,
+        **{"logging_strategy": "no", "eval_strategy": "steps" if evaluate_every else "no", "eval_steps": evaluate_every, "learning_rate": 1e-2,
+           **arguments})
     return (cls or hf.Trainer)(model=model, args=args, train_dataset=Tokens(), eval_dataset=Tokens())

@@ -227,3 +227,25 @@ def test_two_presets_routing_the_same_method_remove_in_any_order(hw, preset, tmp
         for handle in handles.values():
             handle.remove()
     assert snapshot() == before
+
+
+@pytest.mark.parametrize("logging_steps", [1, 2])
+def test_metrics_logger_logs_what_hf_logs_under_accumulation(hw, preset, tmp_path, logging_steps):
+    """gradient_accumulation_steps=4: one loss per optimizer step (the micro-batches' shares
+    added), at global_step, every logging_steps updates, and the evaluations: the rows of
+    HF's own log_history, value for value."""
+    from hookwrap.torch import MetricsLogger
+
+    with preset.weave():
+        trainer = tiny_trainer(tmp_path, steps=4, evaluate_every=2, gradient_accumulation_steps=4,
+                               logging_strategy="steps", logging_steps=logging_steps)
+        logger = MetricsLogger(tmp_path / "m.csv", tensorboard=False)
+        hw.add_callback(trainer, logger)
+        trainer.train()
+        rows = logger.read()
+    expected = [(row["step"], name, float(value)) for row in trainer.state.log_history
+                for name, value in row.items() if name != "step"]
+    assert rows == [(step, name, pytest.approx(value)) for step, name, value in expected]
+    losses = [(step, value) for step, name, value in rows if name == "loss"]
+    assert [step for step, _ in losses] == list(range(logging_steps, 5, logging_steps))
+    assert any(name == "eval_loss" for _, name, _ in rows)

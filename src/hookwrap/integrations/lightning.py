@@ -28,6 +28,11 @@ woven on your class, and the loop stages Lightning runs for it are routed to it:
                    ``EarlyStopping`` and ``ModelCheckpoint``, ``validate()``, ``test()`` and
                    ``predict()`` called outside ``fit`` are no evaluations: they run with
                    callbacks attached and fire none
+``log``            each set of metrics Lightning logs (``_LoggerConnector.log_metrics``,
+                   what ``self.log`` logged, every ``log_every_n_steps`` and after each
+                   validation), as one row with its ``step`` (``_batches_that_stepped``)
+                   and ``epoch``, as Lightning's loggers get it, with or without a logger
+                   configured: ``MetricsLogger`` logs those rows
 =================  =====================================================================
 
 Manual optimization: ``training_step`` returns its loss after ``manual_backward``
@@ -60,6 +65,7 @@ def weave(module: Any = None) -> PresetHandle:
     Returns a handle whose ``remove()`` restores everything."""
     import lightning.pytorch as pl
     from lightning.pytorch.core.optimizer import LightningOptimizer
+    from lightning.pytorch.trainer.connectors.logger_connector.logger_connector import _LoggerConnector
     from lightning.pytorch.trainer.states import TrainerFn
     from lightning.pytorch.loops.evaluation_loop import _EvaluationLoop
     from lightning.pytorch.loops.fit_loop import _FitLoop
@@ -110,7 +116,41 @@ def weave(module: Any = None) -> PresetHandle:
         stage(handle, cls, "optimizer_step", "optimizer_step", stop=stop)
         routed(handle, cls, "evaluate", _EvaluationLoop, "run", evaluated, returns=metrics, stop=stop)
         _route_manual_steps(handle, cls, LightningOptimizer, where)
+        _route_logs(handle, cls, _LoggerConnector, where, stop)
     return handle
+
+
+def hookwrap_log(self: Any, row: dict[str, Any]) -> None:
+    """A row Lightning logs, with its ``step`` (join point ``log``)."""
+
+
+def _route_logs(handle: PresetHandle, cls: type, connector_cls: type, where: str, stop: Any) -> None:
+    """Each ``log_metrics`` of the trainer's logger connector, the row Lightning gives
+    its loggers (its step and epoch added as it adds them), goes through join point
+    ``log``, even with no logger configured (where Lightning returns early)."""
+    original = _raw(connector_cls, "log_metrics", where)
+    _set(handle, cls, "hookwrap_log", hookwrap_log)
+    stage(handle, cls, "log", "hookwrap_log", stop=stop)
+    layer = _Layer(connector_cls, "log_metrics", original)
+
+    def log_metrics(self: Any, metrics: Any, step: Any = None) -> Any:
+        trainer = self.trainer
+        module = trainer.lightning_module
+        if metrics and not layer.removed and isinstance(module, cls):
+            row, at = dict(metrics), step
+            if at is None:  # as log_metrics itself reads it
+                logged_step = row.pop("step", None)
+                if logged_step is not None:
+                    at = int(logged_step)
+                else:
+                    row.setdefault("epoch", trainer.current_epoch)
+                    at = trainer.fit_loop.epoch_loop._batches_that_stepped
+            module.hookwrap_log({**row, "step": at})
+        return original(self, metrics, step)
+
+    log_metrics.__wrapped__ = original  # type: ignore[attr-defined]
+    layer.put(handle, log_metrics)
+    handle.events["log"] = f"{connector_cls.__qualname__}.log_metrics"
 
 
 def _route_manual_steps(handle: PresetHandle, cls: type, optimizer_cls: type, where: str) -> None:

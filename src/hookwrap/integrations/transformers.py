@@ -19,6 +19,11 @@ Events (transformers 5.x; ``Trainer`` methods unless said):
 ``optimizer_step`` ``self.optimizer.step()`` (``AcceleratedOptimizer.step``) during the run
 ``evaluate``       ``evaluate``: returns the metrics mapping (``eval_loss``, ...), which
                    ``EarlyStopping("eval_loss")`` and ``BestCheckpoint`` read
+``log``            each row the trainer logs (``Trainer.log``): the row as
+                   ``state.log_history`` has it, ``step`` being ``global_step``. With it
+                   ``MetricsLogger`` logs what HF logs, where HF logs it: under gradient
+                   accumulation the optimizer step's loss (its micro-batches' shares
+                   added), every ``logging_steps`` updates, and the evaluations' metrics
 =================  =====================================================================
 
 ``hw.StopTraining`` raised by any callback during ``train()`` (EarlyStopping on
@@ -33,9 +38,10 @@ the class; ``BestCheckpoint`` and ``GradNorm`` read ``trainer.model``, ``LRMonit
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from ._weaving import PresetHandle, current_run, routed, stage, stop_while_running, target_class
+from ._weaving import PresetHandle, _Layer, _raw, _set, current_run, routed, stage, stop_while_running, target_class
 
 __all__ = ["weave"]
 
@@ -72,4 +78,29 @@ def weave(trainer: Any = None) -> PresetHandle:
         routed(handle, cls, "backward", Accelerator, "backward", accelerator_owner, stop=stop)
         routed(handle, cls, "optimizer_step", AcceleratedOptimizer, "step", optimizer_owner, stop=stop)
         stage(handle, cls, "evaluate", "evaluate", stop=stop)
+        _route_logs(handle, cls, stop)
     return handle
+
+
+def hookwrap_log(self: Any, row: dict[str, Any]) -> None:
+    """A row the trainer logged, as ``state.log_history`` has it (join point ``log``)."""
+
+
+def _route_logs(handle: PresetHandle, cls: type, stop: Any) -> None:
+    """Each row ``Trainer.log`` appends to ``state.log_history`` goes through join point ``log``."""
+    original = _raw(cls, "log", f"hookwrap.integrations: {handle.description}")
+    _set(handle, cls, "hookwrap_log", hookwrap_log)
+    stage(handle, cls, "log", "hookwrap_log", stop=stop)
+    layer = _Layer(cls, "log", original)
+
+    @functools.wraps(original)
+    def log(self: Any, *args: Any, **kwargs: Any) -> Any:
+        history = self.state.log_history
+        logged = len(history)
+        result = original(self, *args, **kwargs)
+        if not layer.removed and len(history) > logged:
+            self.hookwrap_log(dict(history[-1]))
+        return result
+
+    layer.put(handle, log)
+    handle.events["log"] = f"{cls.__qualname__}.log"

@@ -139,7 +139,13 @@ class MetricsLogger(Defers, CountingCallback):
       ``TensorBoardLogger``, ``WandbLogger``, ``MLFlowLogger``, ``CometLogger``,
       ``NeptuneLogger`` unchanged, the ``mlflow`` module, or a class of your own.
 
-    At least one is needed. A tensor value is not read back when logged: it is
+    At least one is needed. On a framework's preset with a ``log`` join point
+    (``log_event``: transformers, Lightning), it logs what the framework logs, on the
+    framework's step axis: each row the framework logs (HF's ``log_history`` rows,
+    what Lightning gives its loggers), so the CSV and the framework's own logs agree
+    (under gradient accumulation, one loss per optimizer step, at ``global_step``);
+    ``loss_event`` and ``metrics_event`` are then not read unless passed (the
+    framework's rows have them already). A tensor value is not read back when logged: it is
     queued on its device and read with the other shipped callbacks' values
     (:mod:`hookwrap.torch.readback`), and the rows read are sent in batches: when
     an epoch ends (asynchronously on CUDA: a row whose copy is still running goes
@@ -177,7 +183,8 @@ class MetricsLogger(Defers, CountingCallback):
                  epoch_event: str | None = DefaultEvent("epoch"),
                  fit_event: str | None = DefaultEvent("fit"),
                  tensorboard: str | os.PathLike[str] | bool | None = None,
-                 step_event: str | None = DefaultEvent("step"), flush_secs: float | None = 10.0) -> None:
+                 step_event: str | None = DefaultEvent("step"), flush_secs: float | None = 10.0,
+                 log_event: str | None = DefaultEvent("log")) -> None:
         super().__init__(step_event)
         if path is not None and hasattr(path, "log_metrics"):
             raise HookError(f"MetricsLogger: path is hookwrap's own CSV file, and {_name(path)} is a "
@@ -186,7 +193,7 @@ class MetricsLogger(Defers, CountingCallback):
         self.every = whole_number(every, "every", "MetricsLogger")
         self.loggers = _check_loggers(loggers)
         self.events = {"loss": loss_event, "metrics": metrics_event, "epoch": epoch_event,
-                       "fit": fit_event}
+                       "fit": fit_event, "log": log_event}
         if tensorboard is None:
             tensorboard = self.path is not None and tensorboard_available()
         elif tensorboard is not False and not tensorboard_available():
@@ -226,7 +233,9 @@ class MetricsLogger(Defers, CountingCallback):
 
     def attach(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:
         e = {k: v for k, v in self.events.items() if self.wants(target, v)}
-        if not {"loss", "metrics", "epoch"} & set(e):
+        if "log" in e:  # the framework's rows hold its loss and metrics: read again, they would log twice
+            e = {k: v for k, v in e.items() if k not in ("loss", "metrics") or not isinstance(v, DefaultEvent)}
+        if not {"loss", "metrics", "epoch", "log"} & set(e):
             raise HookError(
                 f"MetricsLogger: {getattr(target, '__qualname__', 'the target')} has none of the join points it "
                 f"logs: loss_event={self.events['loss']!r}, metrics_event={self.events['metrics']!r}, "
@@ -241,6 +250,8 @@ class MetricsLogger(Defers, CountingCallback):
             pairs.append((f"post-{e['metrics']}", reader(self.record_metrics, "post-", "return_value")))
         if "epoch" in e:
             pairs.append((f"post-{e['epoch']}", reader(self.end_of_epoch, "post-")))
+        if "log" in e:
+            pairs.append((f"pre-{e['log']}", reader(self.record_row, "pre-", "row")))
         return pairs  # fit_event: a boundary of the lifecycle (Defers), however it ends
 
     def log(self, name: str, value: Any, step: int | None = None) -> None:
@@ -281,14 +292,24 @@ class MetricsLogger(Defers, CountingCallback):
         for name, metric in metrics.items():
             self.log(str(name), metric)
 
-    def _check_number(self, name: str, value: Any) -> None:
+    def record_row(self, obj: Any, row: Any) -> None:
+        """A row the framework logged (join point ``log``): its values at its ``step``."""
+        step = int(row["step"])
+        values = {str(name): value for name, value in row.items() if name != "step"}
+        for name, value in values.items():
+            self._check_number(name, value, step)
+        for name, value in values.items():
+            self.log(name, value, step)
+
+    def _check_number(self, name: str, value: Any, step: int | None = None) -> None:
         """Refuse, by name, a value that is not one number (ignite's confusion matrix)."""
         numel = getattr(value, "numel", None)
         if (callable(numel) and numel() != 1) or \
                 (numel is None and not isinstance(value, (int, float)) and not hasattr(value, "__float__")):
             shape = f"a tensor of shape {tuple(value.shape)}" if callable(numel) else f"a {type(value).__name__}"
             raise HookError(
-                f"MetricsLogger: the metric {name!r} at step {self.step} is {shape}, not one number. Log a "
+                f"MetricsLogger: the metric {name!r} at step {self.step if step is None else step} is {shape}, "
+                f"not one number. Log a "
                 f"number per name (reduce it, or return its scalars under keys of their own), or leave it "
                 f"out of what the {self.events['metrics']!r} join point returns.")
 
