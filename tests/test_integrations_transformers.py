@@ -249,3 +249,29 @@ def test_metrics_logger_logs_what_hf_logs_under_accumulation(hw, preset, tmp_pat
     losses = [(step, value) for step, name, value in rows if name == "loss"]
     assert [step for step, _ in losses] == list(range(logging_steps, 5, logging_steps))
     assert any(name == "eval_loss" for _, name, _ in rows)
+
+
+@pytest.mark.parametrize("threshold", [0.01, 0.03])
+def test_early_stopping_decides_as_hf_early_stopping_callback(hw, preset, tmp_path, threshold):
+    """The same run, stopped by HF's EarlyStoppingCallback and by hookwrap's EarlyStopping with
+    the same patience and threshold: the same stop step with small_gains_set_best=True. The
+    eval loss falls by ~0.007 per evaluation: within 0.01, HF moves its best and stops at 3
+    where Lightning's reading (the default) waits for a gain of 0.01 (step 13)."""
+    from hookwrap.torch import EarlyStopping
+
+    def run(*callbacks: Any, hf_callback: Any = None) -> int:
+        trainer = tiny_trainer(tmp_path, steps=40, evaluate_every=1, learning_rate=3e-3,
+                               metric_for_best_model="eval_loss" if hf_callback else None)
+        if hf_callback:
+            trainer.add_callback(hf_callback)
+        for cb in callbacks:
+            hw.add_callback(trainer, cb)
+        trainer.train()
+        return int(trainer.state.global_step)
+
+    hf_stop = run(hf_callback=hf.EarlyStoppingCallback(early_stopping_patience=2, early_stopping_threshold=threshold))
+    with preset.weave():
+        stopping = EarlyStopping("eval_loss", patience=2, min_delta=threshold, small_gains_set_best=True)
+        assert run(stopping) == hf_stop < 40
+        lightning_reading = run(EarlyStopping("eval_loss", patience=2, min_delta=threshold))
+    assert (lightning_reading > hf_stop) == (threshold == 0.01)

@@ -37,6 +37,12 @@ class Best:
             return value < self.value - self.min_delta
         return value > self.value + self.min_delta
 
+    def beats(self, value: float) -> bool:
+        """Is ``value`` better than the best at all (``min_delta`` aside)?"""
+        if math.isnan(value) or self.value is None:
+            return not math.isnan(value)
+        return value < self.value if self.mode == "min" else value > self.value
+
     def state_dict(self) -> dict[str, Any]:
         return {"best": self.value}
 

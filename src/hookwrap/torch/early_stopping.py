@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import StopTraining
+from ..errors import HookError, StopTraining
 from ._attach import COUNT, DefaultEvent, saved, whole_number
 from ._best import MonitoredCallback
 
@@ -16,7 +16,15 @@ class EarlyStopping(MonitoredCallback):
     than ``min_delta`` for ``patience`` calls of ``event`` in a row.
 
     ``monitor`` is read from join point ``event`` (default ``"evaluate"``): an argument
-    of that name, its ``return_value``, or a key of the mapping it returns. The loop
+    of that name, its ``return_value``, or a key of the mapping it returns.
+
+    ``min_delta`` as Lightning's and Keras' ``EarlyStopping`` read it: a value within
+    ``min_delta`` of the best is no improvement, and the best stays. HF's
+    ``EarlyStoppingCallback(early_stopping_threshold=...)`` reads it otherwise: such a
+    value still becomes the best (``state.best_metric``), so slow steady gains stop a
+    run sooner. ``small_gains_set_best=True`` decides as HF does.
+
+    The loop
     ends the run by catching the exception:
 
         try:
@@ -29,8 +37,11 @@ class EarlyStopping(MonitoredCallback):
 
     def __init__(self, monitor: str = "val_loss", mode: str = "min", patience: int = 3,
                  min_delta: float = 0.0, event: str = "evaluate",
-                 step_event: str | None = DefaultEvent("step")) -> None:
+                 step_event: str | None = DefaultEvent("step"), small_gains_set_best: bool = False) -> None:
         self.patience = whole_number(patience, "patience", "EarlyStopping")
+        if not isinstance(small_gains_set_best, bool):
+            raise HookError(f"EarlyStopping: small_gains_set_best must be True or False, got {small_gains_set_best!r}.")
+        self.small_gains_set_best = small_gains_set_best
         self.wait = 0  # calls since the last improvement
         super().__init__(monitor, mode, min_delta, event, step_event)
 
@@ -46,6 +57,8 @@ class EarlyStopping(MonitoredCallback):
         self.wait = 0
 
     def not_improved(self, obj: Any, value: float) -> None:
+        if self.small_gains_set_best and self.best.beats(value):  # HF: within min_delta, still the best
+            self.best.value = value
         self.wait += 1
         if self.wait >= self.patience:
             raise StopTraining(
