@@ -27,7 +27,7 @@ def tiny_trainer(tmp_path: Any, steps: int = 4, evaluate_every: int | None = Non
 
     args = hf.TrainingArguments(
         output_dir=str(tmp_path), max_steps=steps, per_device_train_batch_size=4, per_device_eval_batch_size=16,
-        report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True,
-        **{"logging_strategy": "no", "eval_strategy": "steps" if evaluate_every else "no", "eval_steps": evaluate_every, "learning_rate": 1e-2,
+        report_to=[], use_cpu=True, disable_tqdm=True,
+        **{"save_strategy": "no", "logging_strategy": "no", "eval_strategy": "steps" if evaluate_every else "no", "eval_steps": evaluate_every, "learning_rate": 1e-2,
            **arguments})
     return (cls or hf.Trainer)(model=model, args=args, train_dataset=Tokens(), eval_dataset=Tokens())

@@ -125,11 +125,14 @@ def test_remove_restores_and_bad_input_is_refused(hw, preset):
     from lightning.pytorch.loops import _EvaluationLoop, _FitLoop, _TrainingEpochLoop
 
     from lightning.pytorch.core.optimizer import LightningOptimizer
+    from lightning.pytorch.trainer.connectors.checkpoint_connector import _CheckpointConnector
+    from lightning.pytorch.trainer.connectors.logger_connector.logger_connector import _LoggerConnector
 
-    classes = (Module, _FitLoop, _TrainingEpochLoop, _EvaluationLoop, LightningOptimizer)
+    classes = (Module, _FitLoop, _TrainingEpochLoop, _EvaluationLoop, LightningOptimizer, _CheckpointConnector,
+               _LoggerConnector)
     before = [dict(vars(c)) for c in classes]
     handle = preset.weave(Module)
-    assert set(handle.events) == {"fit", "epoch", "step", "loss", "backward", "optimizer_step", "evaluate"}
+    assert set(handle.events) == {"fit", "epoch", "step", "loss", "backward", "optimizer_step", "evaluate", "log"}
     handle.remove()
     assert [dict(vars(c)) for c in classes] == before
     module = Module(lr=0.5)
@@ -233,4 +236,62 @@ def test_validate_test_and_predict_outside_fit_are_no_evaluations(hw, preset, tm
         assert len(evaluations) == 2 and len(predictions) == 4
         assert stopping.best.value is not None
         names = {name for _, name, _ in logger.read()}
-        assert "val_loss" in names and "test_loss" not in names
+        assert {"val_loss", "test_loss"} <= names  # logged as Lightning logs them; only val_loss decided
+
+
+def test_resume_from_a_lightning_checkpoint_restores_hookwrap_callbacks(hw, preset, tmp_path):
+    """Lightning's checkpoint carries the callbacks' state, and fit(ckpt_path=...) restores
+    it: the resumed run stops at the epoch the straight run stops at (3; 4 before)."""
+    from hookwrap.torch import EarlyStopping
+
+    def fit(epochs: int, ckpt_path: Any = None) -> tuple[Any, Any]:
+        module = Module(lr=0.0)  # val_loss never improves after the first epoch
+        stopping = EarlyStopping("val_loss", patience=2)
+        hw.add_callback(module, stopping)
+        run = trainer(epochs=epochs)
+        run.fit(module, loader(), loader(), ckpt_path=ckpt_path)
+        return run, stopping
+
+    with preset.weave(Module):
+        straight, _ = fit(20)
+        first, stopping = fit(2)
+        assert stopping.wait == 1
+        first.save_checkpoint(tmp_path / "two.ckpt")
+        assert torch.load(tmp_path / "two.ckpt", weights_only=False)[preset.STATE_KEY]
+        resumed, stopping = fit(20, ckpt_path=tmp_path / "two.ckpt")
+        assert resumed.current_epoch == straight.current_epoch == 3 and stopping.wait == 2
+
+
+class Logging(Module):
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        loss = super().training_step(batch, batch_idx)
+        self.log("train_loss", loss)
+        return loss
+
+
+@pytest.mark.parametrize("with_logger", [True, False])
+def test_metrics_logger_logs_what_lightning_logs(hw, preset, tmp_path, with_logger):
+    """The rows Lightning gives its loggers (self.log's values, every log_every_n_steps, its
+    step and epoch), value for value, with accumulation; with no logger configured too."""
+    import csv
+
+    from lightning.pytorch.loggers import CSVLogger
+
+    from hookwrap.torch import MetricsLogger
+
+    with preset.weave(Logging):
+        module = Logging(lr=0.1)
+        logger = MetricsLogger(tmp_path / "m.csv", tensorboard=False)
+        hw.add_callback(module, logger)
+        run = pl.Trainer(max_epochs=2, accelerator="cpu", enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, log_every_n_steps=1, accumulate_grad_batches=2,
+                         logger=CSVLogger(tmp_path, name="pl") if with_logger else False)
+        run.fit(module, loader(), loader())
+        rows = logger.read()
+    assert {name for _, name, _ in rows} == {"train_loss", "val_loss", "epoch"}
+    if with_logger:
+        with open(run.logger.experiment.metrics_file_path, newline="") as f:
+            expected = sorted((int(r["step"]), name, float(value)) for r in csv.DictReader(f)
+                              for name, value in r.items() if name != "step" and value != "")
+        assert sorted(rows) == [(step, name, pytest.approx(value)) for step, name, value in expected]
+    assert sorted({step for step, name, _ in rows if name == "train_loss"}) == [0, 1, 2, 3]  # updates

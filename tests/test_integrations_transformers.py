@@ -130,7 +130,7 @@ def test_remove_restores_every_attribute(hw, preset, tmp_path):
 
     before = snapshot()
     handle = preset.weave()
-    assert set(handle.events) == {"fit", "epoch", "step", "loss", "backward", "optimizer_step", "evaluate"}
+    assert set(handle.events) == {"fit", "epoch", "step", "loss", "backward", "optimizer_step", "evaluate", "log"}
     assert snapshot() != before
     handle.remove()
     handle.remove()  # idempotent
@@ -166,8 +166,8 @@ def test_every_shipped_callback_attaches_with_its_default_events(hw, preset, tmp
                                 ProgressBar, StepTimer)
 
     with preset.weave():
-        trainer = tiny_trainer(tmp_path, steps=4, evaluate_every=2)
-        log = MetricsLogger(tmp_path / "metrics.csv", tensorboard=False)
+        trainer = tiny_trainer(tmp_path, steps=4, evaluate_every=2, logging_strategy="steps", logging_steps=1)
+        log = MetricsLogger(tmp_path / "metrics.csv", tensorboard=False)  # logs what HF logs: every step
         bar = io.StringIO()
         for cb in (ProgressBar(file=bar), log, StepTimer(), NanGuard(), GradNorm(logger=log), LRMonitor(logger=log),
                    EarlyStopping("eval_loss", patience=5), BestCheckpoint(tmp_path / "best.pt", monitor="eval_loss")):
@@ -175,7 +175,8 @@ def test_every_shipped_callback_attaches_with_its_default_events(hw, preset, tmp
         trainer.train()
         rows = log.read()
         names = [name for _, name, _ in rows]
-        assert names.count("loss") == 4 and names.count("grad_norm") == 4 and names.count("eval_loss") == 2
+        assert names.count("loss") == 4 and names.count("eval_loss") == 2
+        assert names.count("grad_norm") == 8  # HF logs its own, beside GradNorm's
         assert [step for step, name, _ in rows if name == "loss"] == [1, 2, 3, 4]
         assert "epoch 1" in bar.getvalue() and (tmp_path / "best.pt").exists()
 
@@ -275,3 +276,28 @@ def test_early_stopping_decides_as_hf_early_stopping_callback(hw, preset, tmp_pa
         assert run(stopping) == hf_stop < 40
         lightning_reading = run(EarlyStopping("eval_loss", patience=2, min_delta=threshold))
     assert (lightning_reading > hf_stop) == (threshold == 0.01)
+
+
+def test_resume_from_hf_checkpoint_restores_hookwrap_callbacks(hw, preset, tmp_path):
+    """HF's own checkpoint folder carries the callbacks' state, and
+    train(resume_from_checkpoint=True) restores it: the resumed run stops at the step the
+    straight run stops at (without it, EarlyStopping's count starts over: step 5)."""
+    from hookwrap.torch import EarlyStopping
+
+    def trainer(steps: int, folder: str) -> Any:
+        trainer = tiny_trainer(tmp_path / folder, steps=steps, evaluate_every=1, lr_scheduler_type="constant",
+                               save_strategy="steps", save_steps=1)
+        stopping = EarlyStopping("eval_loss", patience=2, min_delta=100.0)  # never improves enough
+        hw.add_callback(trainer, stopping)
+        return trainer, stopping
+
+    with preset.weave():
+        straight, _ = trainer(40, "straight")
+        straight.train()
+        first, stopping = trainer(2, "resumed")
+        first.train()
+        assert stopping.wait == 1 and (tmp_path / "resumed" / "checkpoint-2" / preset.STATE_FILE).is_file()
+        resumed, stopping = trainer(40, "resumed")
+        resumed.train(resume_from_checkpoint=True)
+        assert resumed.state.global_step == straight.state.global_step == 3
+        assert stopping.wait == 2

@@ -27,6 +27,7 @@ from ._hookable import hookable
 from ._mixin import CallbackMixin
 from ._mixin import Hookable
 from ._registration import Handle
+from ._state import CallbackState
 from ._state import callback_state
 from ._state import load_callback_state
 from ._weave import WeaveHandle
@@ -36,6 +37,7 @@ __all__ = [
     "Callback",
     "CallbackMixin",
     "CallbackPicklingError",
+    "CallbackState",
     "CallbackReturnError",
     "CallbackSignatureError",
     "Description",

@@ -11,7 +11,7 @@ from ._describe import describe
 from ._lifecycle import Ending, settle_attached
 from .errors import HookError
 
-__all__ = ["callback_state", "load_callback_state", "stateful_callbacks"]
+__all__ = ["CallbackState", "callback_state", "load_callback_state", "stateful_callbacks"]
 
 
 def stateful_callbacks(obj: Any, where: str = "stateful_callbacks") -> dict[str, Any]:
@@ -91,3 +91,25 @@ def load_callback_state(obj: Any, state: dict[str, Any], strict: bool = True) ->
                 f"callback of the same kind and version?"
             ) from exc
         loaded.append(key)
+
+
+class CallbackState:
+    """The callbacks attached to ``obj`` as one object with ``state_dict()`` and
+    ``load_state_dict(state)``, for checkpoint systems that save such objects beside
+    the model: ignite's ``Checkpoint(to_save={..., "hookwrap": CallbackState(trainer)})``,
+    ``accelerator.register_for_checkpointing(CallbackState(accelerator))``, Fabric's
+    ``fabric.save(path, {..., "hookwrap": CallbackState(fabric)})``. Each call reads or
+    loads the callbacks attached at that moment (``callback_state``,
+    ``load_callback_state``, strict)."""
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+    def state_dict(self) -> dict[str, Any]:
+        return callback_state(self.obj)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        load_callback_state(self.obj, state)
+
+    def __repr__(self) -> str:
+        return f"hookwrap.CallbackState({type(self.obj).__qualname__})"

@@ -37,10 +37,12 @@ import weakref
 from types import FunctionType
 from typing import Any, Callable
 
-from ..extend import Removable, is_join_point, weave_only
+from .. import load_callback_state
+from ..extend import Removable, is_join_point, stateful_callbacks, weave_only
 from ..errors import HookError, StopTraining
 
-__all__ = ["PresetHandle", "current_run", "routed", "running", "stage", "stop_while_running", "target_class"]
+__all__ = ["PresetHandle", "current_run", "patch", "resume_callbacks", "routed", "running", "stage",
+           "stop_while_running", "target_class"]
 
 _STARTED, _DONE, _NOTHING = object(), object(), object()
 _local = threading.local()
@@ -354,3 +356,36 @@ def target_class(given: Any, base: type, where: str, what: str) -> type:
         )
     return cls
 
+
+
+def patch(handle: PresetHandle, cls: type, attr: str, make: Callable[[Any, _Layer], Callable[..., Any]]) -> None:
+    """Replace ``cls.attr`` (no join point: a framework method the preset extends, as
+    one that saves a checkpoint) by ``make(original, layer)``; the function made
+    checks ``layer.removed`` (once removed, a kept reference must act as the original)."""
+    original = _raw(cls, attr, f"hookwrap.integrations: {handle.description}")
+    layer = _Layer(cls, attr, original)
+    replacement = functools.wraps(original)(make(original, layer))
+    layer.put(handle, replacement)
+
+
+def resume_callbacks(owner: Any, state: Any, source: str) -> None:
+    """Load the ``callback_state`` a framework's checkpoint carried (``source`` names it)
+    into the callbacks attached to ``owner`` now: those that match get their state; a
+    saved state no callback takes, or a stateful callback with none, is warned about
+    (a run resumed with other callbacks goes on), never dropped silently."""
+    import warnings
+
+    if not isinstance(state, dict):
+        raise HookError(f"hookwrap.integrations: the hookwrap state in {source} is a {type(state).__name__}, "
+                        f"not the dict hookwrap.callback_state() saves.")
+    attached = set(stateful_callbacks(owner))
+    unused, missing = sorted(set(state) - attached), sorted(attached - set(state))
+    if unused or missing:
+        warnings.warn(
+            f"hookwrap: resuming {type(owner).__qualname__} from {source}: "
+            + (f"saved state for {', '.join(map(repr, unused))}, which no attached callback takes" if unused else "")
+            + ("; " if unused and missing else "")
+            + (f"attached {', '.join(map(repr, missing))} had no saved state and start afresh" if missing else "")
+            + ". Attach the callbacks of the saved run before resuming to resume them all.",
+            stacklevel=3)
+    load_callback_state(owner, state, strict=False)

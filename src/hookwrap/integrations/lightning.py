@@ -55,7 +55,9 @@ import threading
 from typing import Any
 
 from ..errors import HookError
-from ._weaving import PresetHandle, _Layer, _raw, routed, stage, stop_while_running, target_class
+from .. import callback_state
+from ._weaving import (PresetHandle, _Layer, _raw, _set, patch, resume_callbacks, routed, stage, stop_while_running,
+                       target_class)
 
 __all__ = ["weave"]
 
@@ -65,6 +67,7 @@ def weave(module: Any = None) -> PresetHandle:
     Returns a handle whose ``remove()`` restores everything."""
     import lightning.pytorch as pl
     from lightning.pytorch.core.optimizer import LightningOptimizer
+    from lightning.pytorch.trainer.connectors.checkpoint_connector import _CheckpointConnector
     from lightning.pytorch.trainer.connectors.logger_connector.logger_connector import _LoggerConnector
     from lightning.pytorch.trainer.states import TrainerFn
     from lightning.pytorch.loops.evaluation_loop import _EvaluationLoop
@@ -117,7 +120,40 @@ def weave(module: Any = None) -> PresetHandle:
         routed(handle, cls, "evaluate", _EvaluationLoop, "run", evaluated, returns=metrics, stop=stop)
         _route_manual_steps(handle, cls, LightningOptimizer, where)
         _route_logs(handle, cls, _LoggerConnector, where, stop)
+        _checkpoint_callbacks(handle, cls, _CheckpointConnector)
     return handle
+
+
+STATE_KEY = "hookwrap_callbacks"
+
+
+def _checkpoint_callbacks(handle: PresetHandle, cls: type, connector_cls: type) -> None:
+    """Each checkpoint Lightning writes (``ModelCheckpoint``, ``trainer.save_checkpoint``)
+    holds the state of the hookwrap callbacks attached to the module (``STATE_KEY``),
+    and ``trainer.fit(..., ckpt_path=...)`` gives it back to them where Lightning
+    restores its own callbacks: a resumed run decides as one that never stopped."""
+
+    def make_dump(original: Any, layer: Any) -> Any:
+        def dump_checkpoint(self: Any, *args: Any, **kwargs: Any) -> Any:
+            checkpoint = original(self, *args, **kwargs)
+            module = self.trainer.lightning_module
+            if not layer.removed and isinstance(module, cls):
+                checkpoint[STATE_KEY] = callback_state(module)
+            return checkpoint
+        return dump_checkpoint
+
+    def make_restore(original: Any, layer: Any) -> Any:
+        def restore_callbacks(self: Any, *args: Any, **kwargs: Any) -> Any:
+            result = original(self, *args, **kwargs)
+            module, loaded = self.trainer.lightning_module, self._loaded_checkpoint
+            if not layer.removed and isinstance(module, cls) and loaded and STATE_KEY in loaded:
+                path = getattr(self, "_ckpt_path", None)
+                resume_callbacks(module, loaded[STATE_KEY], f"the checkpoint {path}" if path else "its checkpoint")
+            return result
+        return restore_callbacks
+
+    patch(handle, connector_cls, "dump_checkpoint", make_dump)
+    patch(handle, connector_cls, "restore_callbacks", make_restore)
 
 
 def hookwrap_log(self: Any, row: dict[str, Any]) -> None:

@@ -41,7 +41,11 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ._weaving import PresetHandle, _Layer, _raw, _set, current_run, routed, stage, stop_while_running, target_class
+import os
+
+from .. import callback_state
+from ._weaving import (PresetHandle, _Layer, _raw, _set, current_run, patch, resume_callbacks, routed, stage,
+                       stop_while_running, target_class)
 
 __all__ = ["weave"]
 
@@ -79,7 +83,43 @@ def weave(trainer: Any = None) -> PresetHandle:
         routed(handle, cls, "optimizer_step", AcceleratedOptimizer, "step", optimizer_owner, stop=stop)
         stage(handle, cls, "evaluate", "evaluate", stop=stop)
         _route_logs(handle, cls, stop)
+        _checkpoint_callbacks(handle, cls)
     return handle
+
+
+STATE_FILE = "hookwrap_callbacks.pt"
+
+
+def _checkpoint_callbacks(handle: PresetHandle, cls: type) -> None:
+    """Each checkpoint the trainer saves (``checkpoint-<global_step>/``) holds the state of
+    the hookwrap callbacks attached to it (``STATE_FILE``), and ``train(resume_from_checkpoint=...)``
+    gives it back to them, as HF restores its own stateful callbacks: a resumed run
+    decides as one that never stopped."""
+    import torch
+
+    def make_save(original: Any, layer: Any) -> Any:
+        def _save_checkpoint(self: Any, model: Any, trial: Any, *args: Any, **kwargs: Any) -> Any:
+            result = original(self, model, trial, *args, **kwargs)
+            if not layer.removed:
+                state = callback_state(self)  # on every rank: settling may be a collective
+                folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
+                if self.args.should_save and os.path.isdir(folder):
+                    torch.save(state, os.path.join(folder, STATE_FILE))
+            return result
+        return _save_checkpoint
+
+    def make_prepare(original: Any, layer: Any) -> Any:
+        def _prepare_for_training(self: Any, max_steps: Any, train_dataloader: Any, resume_from_checkpoint: Any,
+                                  *args: Any, **kwargs: Any) -> Any:
+            result = original(self, max_steps, train_dataloader, resume_from_checkpoint, *args, **kwargs)
+            path = None if resume_from_checkpoint is None else os.path.join(resume_from_checkpoint, STATE_FILE)
+            if not layer.removed and path is not None and os.path.isfile(path):
+                resume_callbacks(self, torch.load(path, weights_only=False), path)
+            return result
+        return _prepare_for_training
+
+    patch(handle, cls, "_save_checkpoint", make_save)
+    patch(handle, cls, "_prepare_for_training", make_prepare)
 
 
 def hookwrap_log(self: Any, row: dict[str, Any]) -> None:
