@@ -148,3 +148,12 @@ def test_optimizer_step_fires_once_per_real_update_under_accumulation(hw, preset
         assert adam_steps == 12 and len(updates) == 12
         assert ema.updates == 12
         assert [lr for _, (lr,) in lrs.history] == pytest.approx([0.1 * 0.5 ** i for i in range(12)])
+
+
+def test_grad_accumulation_is_refused_naming_accelerate_own(hw, preset):
+    from hookwrap.torch import GradAccumulation
+
+    with preset.weave():
+        accelerator, _, _ = prepared()
+        with pytest.raises(hw.HookError, match=r"accumulates gradients itself.*accelerator.accumulate"):
+            hw.add_callback(accelerator, GradAccumulation(2, loss_event="backward"))

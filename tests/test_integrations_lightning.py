@@ -295,3 +295,12 @@ def test_metrics_logger_logs_what_lightning_logs(hw, preset, tmp_path, with_logg
                               for name, value in r.items() if name != "step" and value != "")
         assert sorted(rows) == [(step, name, pytest.approx(value)) for step, name, value in expected]
     assert sorted({step for step, name, _ in rows if name == "train_loss"}) == [0, 1, 2, 3]  # updates
+
+
+def test_grad_accumulation_is_refused_naming_lightning_own(hw, preset):
+    from hookwrap.torch import GradAccumulation
+
+    with preset.weave(Module):
+        with pytest.raises(hw.HookError, match=r"accumulates gradients itself.*accumulate_grad_batches=N"):
+            hw.add_callback(Module(), GradAccumulation(2))
+    assert not hasattr(Module, "__hookwrap_accumulation__")

@@ -301,3 +301,13 @@ def test_resume_from_hf_checkpoint_restores_hookwrap_callbacks(hw, preset, tmp_p
         resumed.train(resume_from_checkpoint=True)
         assert resumed.state.global_step == straight.state.global_step == 3
         assert stopping.wait == 2
+
+
+def test_grad_accumulation_is_refused_naming_hf_own(hw, preset, tmp_path):
+    from hookwrap.torch import GradAccumulation
+
+    with preset.weave():
+        trainer = tiny_trainer(tmp_path, gradient_accumulation_steps=2)
+        with pytest.raises(hw.HookError, match=r"accumulates gradients itself.*gradient_accumulation_steps=N"):
+            hw.add_callback(trainer, GradAccumulation(2))
+    assert not hasattr(hf.Trainer, "__hookwrap_accumulation__")  # removed with the preset

@@ -48,6 +48,9 @@ from ._weaving import PresetHandle, _raw, _set, routed, stage, target_class
 
 __all__ = ["weave"]
 
+# How to accumulate gradients here: GradAccumulation, which cannot, names it.
+ACCUMULATION = "Accelerator(gradient_accumulation_steps=N) with `with accelerator.accumulate(model):`"
+
 
 def weave(accelerator: Any = None, *, stop: str = "raise") -> PresetHandle:
     """Weave ``accelerate.Accelerator`` (or ``accelerator``: a subclass, or an instance of
@@ -83,6 +86,7 @@ def weave(accelerator: Any = None, *, stop: str = "raise") -> PresetHandle:
 
     options: dict[str, Any] = {"stop": trigger} if stop == "trigger" else {}
     with handle.building():
+        _set(handle, cls, "__hookwrap_accumulation__", ACCUMULATION)  # GradAccumulation refuses, naming it
         _set(handle, cls, "prepare_optimizer", prepare)
         stage(handle, cls, "backward", "backward", **options)
         routed(handle, cls, "optimizer_step", AcceleratedOptimizer, "step", optimizer_owner, **options)

@@ -61,6 +61,9 @@ from ._weaving import (PresetHandle, _Layer, _raw, _set, patch, resume_callbacks
 
 __all__ = ["weave"]
 
+# How to accumulate gradients here: GradAccumulation, which cannot, names it.
+ACCUMULATION = "Trainer(accumulate_grad_batches=N), or in manual optimization step every N batches"
+
 
 def weave(module: Any = None) -> PresetHandle:
     """Weave your ``LightningModule`` subclass (or the class of ``module``, an instance).
@@ -111,6 +114,7 @@ def weave(module: Any = None) -> PresetHandle:
             f"returning `loss`, the argument of self.manual_backward).")
 
     with handle.building():
+        _set(handle, cls, "__hookwrap_accumulation__", ACCUMULATION)  # GradAccumulation refuses, naming it
         routed(handle, cls, "fit", _FitLoop, "run", owner, fit=True)
         routed(handle, cls, "epoch", _TrainingEpochLoop, "run", owner, stop=stop)
         routed(handle, cls, "step", _TrainingEpochLoop, "advance", owner, stop=stop)

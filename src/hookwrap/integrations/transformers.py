@@ -49,6 +49,9 @@ from ._weaving import (PresetHandle, _Layer, _raw, _set, current_run, patch, res
 
 __all__ = ["weave"]
 
+# How to accumulate gradients here: GradAccumulation, which cannot, names it.
+ACCUMULATION = "TrainingArguments(gradient_accumulation_steps=N)"
+
 
 def weave(trainer: Any = None) -> PresetHandle:
     """Weave ``transformers.Trainer`` (or ``trainer``: a subclass, or an instance of one,
@@ -75,6 +78,7 @@ def weave(trainer: Any = None) -> PresetHandle:
         return run if run is not None and getattr(run, "optimizer", None) is optimizer else None
 
     with handle.building():
+        _set(handle, cls, "__hookwrap_accumulation__", ACCUMULATION)  # GradAccumulation refuses, naming it
         stage(handle, cls, "fit", "train", fit=True)
         stage(handle, cls, "epoch", "_run_epoch", stop=stop)
         step = stage(handle, cls, "step", "training_step", stop=stop)

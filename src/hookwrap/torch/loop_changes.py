@@ -51,6 +51,11 @@ class GradClip(ShippedCallback):
         torch.nn.utils.clip_grad_norm_(model.parameters(), self.max_norm, self.norm_type)
 
 
+# A class attribute a preset sets on the framework's class it weaves: how to accumulate
+# there (the framework's own setting), which GradAccumulation names when it refuses.
+ACCUMULATES = "__hookwrap_accumulation__"
+
+
 class GradAccumulation(ShippedCallback):
     """Gradient accumulation over ``steps`` calls: the loss is scaled by ``1/steps``
     (after join point ``loss_event``, default ``"loss"``, its return value is replaced
@@ -81,6 +86,11 @@ class GradAccumulation(ShippedCallback):
         if (i + 1) % steps == 0:
             clip_grad_norm_(model.parameters(), max_norm); optimizer.step(); ...
 
+    On a framework's preset (transformers, Lightning, accelerate) it is refused:
+    the framework zeroes the gradients outside its optimizer step, so use its own
+    accumulation (``gradient_accumulation_steps``, ``accumulate_grad_batches``),
+    whose steps the presets count as the updates they are.
+
     Callbacks after it on ``post-<loss_event>`` (loggers) see the scaled loss;
     calls left over at the end of the run (fewer than ``steps``) are not stepped.
     ``calls`` (the optimizer-step calls seen) is saved with ``state_dict`` for a
@@ -105,6 +115,12 @@ class GradAccumulation(ShippedCallback):
         self.calls = 0  # calls of `event` seen
 
     def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
+        own = getattr(target, ACCUMULATES, None)
+        if own is not None:
+            raise HookError(
+                f"GradAccumulation: {target.__qualname__} accumulates gradients itself, and zeroes them "
+                f"outside its optimizer step: skipping that step here would throw the gradients away (or, "
+                f"with its own accumulation on, accumulate twice). Use the framework's: {own}.")
         join_points(target, self.event, where=self.where)
         join_points(target, self.loss_event, where=self.where)
         return [(f"post-{self.loss_event}", per_join_point(self, "scale", self._choose_scale)),
