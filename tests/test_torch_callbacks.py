@@ -536,3 +536,31 @@ def test_demo_command_checks_its_options():
         out = subprocess.run([sys.executable, "-m", "hookwrap", "demo", "--device", "cuda"],
                              capture_output=True, text=True)
         assert out.returncode == 2 and "CUDA is not available here" in out.stderr
+
+
+def test_one_logger_protocol_and_the_optimizer_as_the_hooked_object(hw, ht, tmp_path):
+    """A logger with log_metrics(metrics, step) (Lightning's, mlflow) serves GradNorm and
+    LRMonitor as it serves MetricsLogger, read back in batches; LRMonitor attached to the
+    optimizer itself reads it, not an attribute it lacks."""
+    weave_optimizers = importlib.import_module("hookwrap.integrations.torch_optim").weave_optimizers
+
+    class Sink:
+        def __init__(self) -> None:
+            self.rows: list[tuple[int, dict[str, float]]] = []
+
+        def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+            self.rows.append((step, dict(metrics)))
+
+    sink = Sink()
+    with weave_optimizers(event="optimizer_step"):
+        model = torch.nn.Linear(2, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.25)
+        monitor = ht.LRMonitor(logger=sink, step_event=None)
+        hw.add_callback(opt, monitor)
+        for _ in range(3):
+            model(torch.ones(1, 2)).sum().backward()
+            opt.step()
+        with pytest.raises(hw.HookError, match="logging.Logger, which takes messages"):
+            ht.GradNorm(logger=__import__("logging").getLogger("x"))
+    assert monitor.history == [(0, [0.25])]
+    assert sink.rows == [(0, {"lr": 0.25})] * 3  # each settled as its step (the outermost call) ended

@@ -38,13 +38,13 @@ class Clock:
 
 
 class Log:
-    """A logger: what log(name, value, step) got."""
+    """A logger: what log_metrics(metrics, step) got, a row per value."""
 
     def __init__(self) -> None:
         self.rows: list[tuple[int, str, Any]] = []
 
-    def log(self, name: str, value: Any, step: int | None = None) -> None:
-        self.rows.append((step, name, value))
+    def log_metrics(self, metrics: dict[str, Any], step: int) -> None:
+        self.rows.extend((step, name, value) for name, value in metrics.items())
 
 
 STEP, EVAL = 0.25, 10.0  # seconds a step, an evaluation, take on the fake clock
@@ -206,12 +206,14 @@ def test_tokens_counted_on_the_device_are_read_back_batched(hw, ht):
     loop.add_callback(meter)
     with ht.count_host_reads() as reads:
         loop.epoch()
-    assert reads.count == 0 and meter._queued == 2
-    assert [name for _, name, _ in log.rows].count("tokens_per_sec") == 2
-    assert all(isinstance(value, torch.Tensor) for _, name, value in log.rows if name == "tokens_per_sec")
+    assert reads.count == 0 and log.rows == []  # held: read back in a batch at a boundary, never per step
     with ht.count_host_reads() as reads:
-        history = meter.history  # reads what is queued: one read
+        hw.callback_state(loop)  # a boundary (as the end of fit): the logger's rows are delivered
     assert reads.count == 1
+    assert [(step, value) for step, name, value in log.rows if name == "tokens_per_sec"] == [(2, 12.0), (4, 6.0)]
+    with ht.count_host_reads() as reads:
+        history = meter.history  # read already, with the logger's values
+    assert reads.count == 0
     assert history == [(2, {"steps_per_sec": 4.0, "samples_per_sec": 6.0, "tokens_per_sec": 12.0}),
                        (4, {"steps_per_sec": 4.0, "samples_per_sec": 6.0, "tokens_per_sec": 6.0})]
 
@@ -372,7 +374,7 @@ def test_pickles_and_copies_with_what_it_has_queued(hw, ht):
     ({"tokens": 3}, r"Throughput: tokens must be a function of the batch"),
     ({"batch": "not a name"}, r"Throughput: batch must be the name of the step join point's argument"),
     ({"clock": 1.0}, r"Throughput: clock must be a function returning seconds"),
-    ({"logger": object()}, r"Throughput: logger must be an object with log\(name, value, step\).*got <object object at .*> \(object\), which has no log method"),
+    ({"logger": object()}, r"Throughput: logger must be a hookwrap.torch.MetricsLogger or an object with log_metrics\(metrics.*got <object object at .*> \(object\), which has no log_metrics method"),
     ({"logger": __import__("logging").getLogger("x")}, r"Throughput: logger must be .*got a logging.Logger"),
     ({"sync": True}, r"Throughput: sync=True synchronizes CUDA, but the device is cpu"),
     ({"device": "no such device"}, r"Throughput: device must be a torch.device"),
@@ -418,7 +420,7 @@ def test_a_misspelled_step_event_fails_when_attached(hw, ht):
 @pytest.mark.parametrize("kwargs, message", [
     ({"every": -1}, r"MemoryMonitor: every must be a whole number >= 1, got -1"),
     ({"reset_peak": 1}, r"MemoryMonitor: reset_peak must be True or False"),
-    ({"logger": 3}, r"MemoryMonitor: logger must be an object with log\(name, value, step\).*got 3 \(int\), which has no log method"),
+    ({"logger": 3}, r"MemoryMonitor: logger must be a hookwrap.torch.MetricsLogger or an object with log_metrics\(metrics.*got 3 \(int\), which has no log_metrics method"),
     ({"logger": dict}, r"MemoryMonitor: logger must be .*got the class dict, not an instance"),
     ({"device": 3.5}, r"MemoryMonitor: device must be a torch.device"),
 ])

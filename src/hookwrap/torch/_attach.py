@@ -20,9 +20,9 @@ from typing import Any, Callable, NamedTuple
 
 from .. import Callback
 from ..errors import CallbackSignatureError, HookError, closest
-from ..extend import JoinPointInfo, has_join_point, join_points, per_join_point, process_rank, reader
+from ..extend import Defers, Ending, JoinPointInfo, has_join_point, join_points, per_join_point, process_rank, reader
 
-__all__ = ["COUNT", "NUMBER_OR_NONE", "CountingCallback", "DefaultEvent", "Saved", "ShippedCallback", "Source",
+__all__ = ["COUNT", "NUMBER_OR_NONE", "CountingCallback", "DefaultEvent", "LogsInto", "Saved", "ShippedCallback", "Source",
            "checked_logger", "from_object", "is_rank_zero", "positive_number", "saved", "settle_logger", "to_float",
            "whole_number"]
 
@@ -266,21 +266,43 @@ def event_names(events: Any, where: str) -> tuple[str, ...]:
 
 
 def checked_logger(logger: Any, where: str) -> Any:
-    """``logger`` (None, or an object with ``log(name, value, step)``: a MetricsLogger),
-    else a HookError naming the setting. A class, and a ``logging.Logger`` (whose
-    ``log(level, msg)`` takes other arguments), are refused."""
+    """``logger`` as the callbacks log into it: ``None``; a ``MetricsLogger`` itself; any
+    other object with ``log_metrics(metrics, step)`` (the one logger protocol of
+    hookwrap.torch: Lightning's loggers, the ``mlflow`` module, a class of yours) inside
+    a ``MetricsLogger(loggers=[logger])`` of its own, so its values are read back in
+    batches and nothing is lost at the end of the run. Else a HookError naming the
+    setting: a class, a ``logging.Logger``, an object without ``log_metrics``."""
     import logging
 
     if logger is None:
         return None
-    if isinstance(logger, type) or isinstance(logger, logging.Logger) \
-            or not callable(getattr(logger, "log", None)):
-        what = (f"the class {logger.__qualname__}, not an instance" if isinstance(logger, type)
-                else f"a logging.Logger, whose log(level, msg) takes other arguments"
-                if isinstance(logger, logging.Logger) else f"{logger!r} ({type(logger).__name__}), which has no log method")
-        raise HookError(f"{where}: logger must be an object with log(name, value, step), such as a "
-                        f"hookwrap.torch.MetricsLogger; got {what}.")
-    return logger
+    from .metrics_logger import MetricsLogger
+
+    if isinstance(logger, MetricsLogger):
+        return logger
+    if not isinstance(logger, type) and not isinstance(logger, logging.Logger) \
+            and callable(getattr(logger, "log_metrics", None)):
+        return MetricsLogger(loggers=[logger])
+    what = (f"the class {logger.__qualname__}, not an instance" if isinstance(logger, type)
+            else "a logging.Logger, which takes messages, not metrics" if isinstance(logger, logging.Logger)
+            else f"{logger!r} ({type(logger).__name__}), which has no log_metrics method")
+    raise HookError(f"{where}: logger must be a hookwrap.torch.MetricsLogger or an object with "
+                    f"log_metrics(metrics: dict[str, float], step: int), such as Lightning's loggers or the "
+                    f"mlflow module; got {what}.")
+
+
+class LogsInto(Defers):
+    """A callback whose ``logger`` (a MetricsLogger, see ``checked_logger``) may hold
+    its values: it defers when it has one, and its boundaries settle the logger
+    (which may not be attached itself)."""
+
+    logger: Any
+
+    def defers(self) -> bool:
+        return self.logger is not None
+
+    def settle(self, obj: Any, ending: Ending) -> None:
+        settle_logger(self.logger, obj, ending)
 
 
 def settle_logger(logger: Any, obj: Any, ending: Any) -> None:
@@ -304,7 +326,9 @@ def is_rank_zero() -> bool:
 
 def from_object(obj: Any, value: Any, what: str, where: str) -> Any:
     """``value`` itself, or when it is a string, that attribute of the hooked object
-    (``model="model"`` reads ``trainer.model``)."""
+    (``model="model"`` reads ``trainer.model``); the hooked object itself when it has
+    no such attribute and is the thing asked for (``LRMonitor`` attached to the
+    optimizer, whose ``step`` is the event)."""
     if not isinstance(value, str):
         return value
     if obj is None:
@@ -315,7 +339,18 @@ def from_object(obj: Any, value: Any, what: str, where: str) -> Any:
     try:
         return getattr(obj, value)
     except AttributeError:
+        if _is_a(obj, what):
+            return obj
         raise HookError(
             f"{where}: {type(obj).__name__} has no attribute {value!r} to read the {what} "
             f"from. Pass {what}= the name of the attribute that holds it, or the {what} itself."
         ) from None
+
+
+def _is_a(obj: Any, what: str) -> bool:
+    """Is ``obj`` itself an optimizer (it has ``param_groups``) or a model (``parameters()``)?"""
+    if what == "optimizer":
+        return isinstance(getattr(obj, "param_groups", None), list)
+    if what == "model":
+        return callable(getattr(obj, "parameters", None)) and callable(getattr(obj, "state_dict", None))
+    return False

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from ..errors import HookError
 from ..extend import reader
-from ._attach import CountingCallback, checked_logger, whole_number
+from ._attach import CountingCallback, LogsInto, checked_logger, whole_number
 
 __all__ = ["MemoryMonitor", "process_rss"]
 
@@ -16,7 +16,7 @@ _MIB = 1024.0 * 1024.0
 _PROCESS: tuple[int, Any] | None = None  # (pid, psutil.Process) of this process
 
 
-class MemoryMonitor(CountingCallback):
+class MemoryMonitor(LogsInto, CountingCallback):
     """After every ``every``-th call of ``step_event`` (default ``"step"``), in MiB:
 
     * ``rss_mib``: the process's resident set size now (``psutil`` where it is
@@ -31,7 +31,7 @@ class MemoryMonitor(CountingCallback):
 
     Reading these reads counters the caching allocator keeps on the host (a copy
     taken under its lock): no device sync, no host read of a tensor. Each report
-    goes to ``logger.log(name, value, step)`` and ``history``
+    goes to ``logger`` (a MetricsLogger, or any ``log_metrics`` logger) and ``history``
     (``(step, {name: value})``)."""
 
     def __init__(self, every: int = 10, device: Any = None, reset_peak: bool = False, logger: Any = None,

@@ -273,6 +273,11 @@ class MetricsLogger(Defers, CountingCallback):
             shared().read()  # no wait: on CUDA what is copied by now
             self._send(self._take(keep_step=row[0]), raise_errors=True)  # this step's others may follow
 
+    def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
+        """The logger protocol (``MetricsSink``): each value, as ``log(name, value, step)``."""
+        for name, value in metrics.items():
+            self.log(str(name), value, step)
+
     def record_loss(self, obj: Any, value: Any) -> None:
         if isinstance(value, (tuple, list)):
             raise HookError(

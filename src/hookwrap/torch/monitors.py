@@ -5,14 +5,13 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-from ..extend import Defers, Ending
-from ._attach import CountingCallback, DefaultEvent, checked_logger, settle_logger, whole_number
+from ._attach import CountingCallback, DefaultEvent, LogsInto, checked_logger, whole_number
 from .readback import QueuesReadBacks, shared
 
 __all__ = ["GradNorm", "LRMonitor"]
 
 
-class GradNorm(Defers, QueuesReadBacks, CountingCallback):
+class GradNorm(LogsInto, QueuesReadBacks, CountingCallback):
     """After each call of ``event`` (default ``"backward"``), the total ``norm_type``
     norm of the gradients of ``model`` (an attribute name of the hooked object, or
     the module; read from the join point's argument of that name first), every
@@ -37,12 +36,6 @@ class GradNorm(Defers, QueuesReadBacks, CountingCallback):
     def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
         self.wants(target, self.event)
         return [(f"post-{self.event}", self.value_reader(self.measure, "post-", self.model, "model"))]
-
-    def defers(self) -> bool:
-        return self.logger is not None  # else history reads back on demand: nothing to lose
-
-    def settle(self, obj: Any, ending: Ending) -> None:
-        settle_logger(self.logger, obj, ending)
 
     def measure(self, obj: Any, model: Any) -> None:
         self.calls += 1
@@ -96,11 +89,13 @@ def total_norm(tensors: list[Any], norm_type: float) -> Any:
     return torch.linalg.vector_norm(torch.stack(norms), p)
 
 
-class LRMonitor(CountingCallback):
+class LRMonitor(LogsInto, CountingCallback):
     """After each call of ``event`` (default ``"optimizer_step"``), the learning rate
     of each parameter group of ``optimizer`` (the join point's argument of that name,
     else an attribute of the hooked object, or the optimizer itself). ``history`` holds ``(step, [lr per group])`` each time they change; ``logger`` gets
-    ``lr`` (``lr/<i>`` for several groups)."""
+    ``lr`` (``lr/<i>`` for several groups), settled into it at the end of ``fit`` as
+    ``GradNorm``'s norms are. Attached to an optimizer (its ``step`` the event), it
+    reads that optimizer."""
 
     def __init__(self, optimizer: Any = "optimizer", event: str = "optimizer_step",
                  logger: Any = None, step_event: str | None = DefaultEvent("step")) -> None:

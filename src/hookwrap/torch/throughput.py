@@ -54,7 +54,7 @@ class Throughput(Defers, QueuesReadBacks, CountingCallback):
 
     Reports ``steps_per_sec``, ``samples_per_sec``, ``tokens_per_sec`` (where
     tokens are counted), ``flops_per_sec`` and ``mfu`` (with ``flops_per_sample``),
-    each to ``logger.log(name, value, step)`` and kept in ``history`` as
+    each to ``logger`` (a MetricsLogger, or any ``log_metrics`` logger) and kept in ``history`` as
     ``(step, {name: value})``.
     """
 
