@@ -123,3 +123,55 @@ def test_remove_restores_the_engine_class(hw, preset):
     assert old._process_function is update and old.run([3], max_epochs=1).output == 3
     with pytest.raises(hw.HookError, match="expected an ignite Engine class"):
         preset.weave(dict)
+
+
+@pytest.mark.parametrize("cumulative", [False, True])
+def test_early_stopping_decides_as_ignite_early_stopping(hw, preset, cumulative):
+    """The same run stopped by ignite's EarlyStopping handler and by hookwrap's, with the same
+    patience and threshold: the same epoch. ignite's default (cumulative=False) moves its best
+    on gains within the threshold, as small_gains_set_best=True does (epoch 14);
+    cumulative=True is hookwrap's default (epoch 18)."""
+    from ignite.handlers import EarlyStopping as IgniteEarlyStopping
+
+    from hookwrap.torch import EarlyStopping
+
+    _, trainer, evaluator = supervised(lr=0.01)
+    evaluator.add_event_handler(Events.COMPLETED, IgniteEarlyStopping(
+        patience=2, score_function=lambda e: e.state.metrics["val_loss"], trainer=trainer, threshold=0.01,
+        cumulative=cumulative, mode="min"))
+    ignite_stop = trainer.run(data(), max_epochs=60).epoch
+    with preset.weave():
+        _, trainer, _ = supervised(lr=0.01)
+        hw.add_callback(trainer, EarlyStopping("val_loss", patience=2, min_delta=0.01,
+                                               small_gains_set_best=not cumulative))
+        assert trainer.run(data(), max_epochs=60).epoch == ignite_stop == (18 if cumulative else 14)
+
+
+def test_resume_through_ignite_checkpoint_with_callback_state(hw, preset, tmp_path):
+    """hw.CallbackState(trainer) in ignite's Checkpoint(to_save=...): saved with the trainer's
+    state, loaded by Checkpoint.load_objects; the resumed run stops at the epoch the straight
+    run stops at (3), where a fresh EarlyStopping would go on to 4."""
+    from ignite.handlers import Checkpoint, DiskSaver
+
+    from hookwrap.torch import EarlyStopping
+
+    def run(epochs: int, resume: Any = None) -> tuple[Any, Any]:
+        model, trainer, _ = supervised(lr=0.0)
+        stopping = EarlyStopping("val_loss", patience=2)
+        hw.add_callback(trainer, stopping)
+        to_save = {"trainer": trainer, "model": model, "hookwrap": hw.CallbackState(trainer)}
+        trainer.add_event_handler(Events.EPOCH_COMPLETED, Checkpoint(
+            to_save, DiskSaver(tmp_path, require_empty=False), n_saved=None))
+        if resume is not None:
+            Checkpoint.load_objects(to_load=to_save, checkpoint=torch.load(resume, weights_only=False))
+        return trainer.run(data(), max_epochs=epochs), stopping
+
+    with preset.weave():
+        straight, _ = run(20)
+        for old in tmp_path.iterdir():
+            old.unlink()
+        first, stopping = run(2)
+        assert first.epoch == 2 and stopping.wait == 1
+        saved = sorted(tmp_path.iterdir(), key=lambda p: p.stat().st_mtime)[-1]  # after epoch 2
+        resumed, stopping = run(20, resume=saved)
+        assert resumed.epoch == straight.epoch == 3 and stopping.wait == 2
