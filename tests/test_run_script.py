@@ -531,3 +531,64 @@ def test_a_script_using_spawn_multiprocessing_runs_as_it_does_alone(hw, tmp_path
     result = _hookwrap_run(hw, "spawning.py", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[1, 4, 9]"
+
+
+MODULE_LEVEL = '''
+import torch
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # nothing is learned: the loss stays put
+x, y = torch.randn(16, 4), torch.randn(16, 1)
+
+
+@torch.no_grad()
+def evaluate():
+    return F.mse_loss(model(x), y).item()
+
+
+for it in range(100):
+    loss = F.mse_loss(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    if it % 5 == 4:
+        print(f"iter {it + 1}: val {evaluate():.4f}")
+print("done")
+'''
+
+
+def test_an_unedited_module_level_loop_ends_cleanly_on_an_early_stop(hw, tmp_path):
+    """nanoGPT's shape: a module-level loop, an evaluate() that takes no model, under
+    no_grad. The early stop ends the script with status 0 and one line saying why;
+    BestCheckpoint names the script's model before it exists; the loss function, woven
+    --train-only, counts the training calls, not the evaluation's."""
+    (tmp_path / "train.py").write_text(MODULE_LEVEL)
+    result = _hookwrap_run(
+        hw, "--weave", "evaluate=__main__:evaluate", "--weave", "loss=torch.nn.functional:mse_loss",
+        "--train-only", "loss", "--callback", "EarlyStopping('return_value', patience=2)",
+        "--callback", "BestCheckpoint('best.pt', monitor='return_value', model='__main__:model', "
+                      "optimizer='__main__:optimizer')",
+        "--callback", "StepTimer(step_event='loss')",
+        "train.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    # Evaluations 1 (best), 2, 3: the third stops the run before the script prints it.
+    assert result.stdout.count("val ") == 2 and "done" not in result.stdout
+    stopped = [line for line in result.stderr.splitlines() if line.startswith("hookwrap run: stopped: ")]
+    assert len(stopped) == 1 and "EarlyStopping: return_value has not improved" in stopped[0]
+    assert "hookwrap run: StepTimer: 15 steps" in result.stderr  # the 15 training calls, not the 3 evaluations'
+    saved = torch.load(tmp_path / "best.pt", weights_only=False)
+    assert set(saved["model"]) == {"weight", "bias"} and "optimizer" in saved
+
+
+def test_train_only_and_references_refuse_bad_input(hw, tmp_path):
+    (tmp_path / "train.py").write_text(MODULE_LEVEL)
+    result = _hookwrap_run(hw, "--train-only", "loss", "train.py", cwd=tmp_path)
+    assert result.returncode == 2 and "--train-only 'loss': no --weave makes a join point 'loss'" in result.stderr
+    result = _hookwrap_run(
+        hw, "--weave", "evaluate=__main__:evaluate", "--callback",
+        "BestCheckpoint('best.pt', monitor='return_value', model='__main__:modle', optimizer=None)",
+        "train.py", cwd=tmp_path)
+    assert result.returncode == 1 and "model='__main__:modle': __main__ has no 'modle' (yet)" in result.stderr

@@ -28,8 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--current-only", action="store_true",
                        help="only the implementation in use, in this process")
     run = commands.add_parser(
-        "run", usage="%(prog)s [-h] [--preset NAME] [--weave [EVENT=]MODULE:ATTR] [--callback EXPR] "
-                     "script [args ...]",
+        "run", usage="%(prog)s [-h] [--preset NAME] [--weave [EVENT=]MODULE:ATTR] [--train-only EVENT] "
+                     "[--callback EXPR] script [args ...]",
         help="run a script with weaves and callbacks applied from outside",
         description="Run SCRIPT as `python SCRIPT ARGS...` would (its argv, __main__, sys.path and "
                     "exit status), with join points woven and callbacks registered from outside.",
@@ -42,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--weave", action="append", default=[], metavar="[EVENT=]MODULE:ATTR",
                      help="make a function (MODULE:FUNCTION) or method (MODULE:CLASS.METHOD) a join point, "
                           "named EVENT if given; __main__:NAME is the script's own")
+    run.add_argument("--train-only", action="append", default=[], metavar="EVENT",
+                     help="calls of the function woven as EVENT fire callbacks only with gradients enabled: "
+                          "an evaluation under torch.no_grad() (or inference_mode) is left out "
+                          "(--weave loss=torch.nn.functional:cross_entropy --train-only loss)")
     run.add_argument("--callback", action="append", default=[], metavar="EXPR",
                      help="a Python expression making a callback, with hw and hookwrap.torch's names in scope "
                           "(\"NanGuard(events='loss')\"), and the modules it names imported "
@@ -61,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
             command = command[1:]
         if not command:
             run.error("the following arguments are required: script")
-        return run_script(command[0], command[1:], args.preset, args.weave, args.callback)
+        return run_script(command[0], command[1:], args.preset, args.weave, args.callback,
+                          train_only=args.train_only)
     if args.command == "demo":
         return _demo(demo, args)
     from ._bench import main as bench_main

@@ -1,8 +1,8 @@
 """``hookwrap run``: run a training script you cannot edit, with weaves and callbacks
 applied from outside.
 
-    hookwrap run [--preset NAME]... [--weave [EVENT=]MODULE:ATTR]... [--callback EXPR]...
-                 script.py [args...]
+    hookwrap run [--preset NAME]... [--weave [EVENT=]MODULE:ATTR]... [--train-only EVENT]...
+                 [--callback EXPR]... script.py [args...]
 
 The script runs as ``python script.py args`` (and ``python -m cProfile``) runs it:
 ``sys.argv`` is ``[script.py, args...]``, ``__name__ == "__main__"`` (its module is
@@ -29,7 +29,13 @@ codes; an uncaught exception prints its traceback and exits 1).
 ``hookwrap.torch`` in scope, and the modules it names imported
 (``mypackage.callbacks.Saver()``; an import that fails is reported as itself), and registered on the global tier once every weave
 has been applied (before the script runs, or when the script has defined the
-last of its own targets). Bad input exits with status 2 and a message naming it
+last of its own targets); a value naming the script's own object
+(``BestCheckpoint(..., model="__main__:model")``) is looked up when first needed.
+``--train-only EVENT``: the function woven as EVENT fires callbacks only while
+gradients are enabled (an evaluation under ``torch.no_grad()`` calls it plain).
+A ``StopTraining`` a callback raises ends the script: a line saying why on stderr,
+exit status 0. Callbacks with a ``summary()`` (``StepTimer``, ``Throughput``)
+print it at the end. Bad input exits with status 2 and a message naming it
 and the fix, before the script runs wherever that can be known.
 """
 
@@ -48,7 +54,7 @@ from types import CodeType, ModuleType, TracebackType
 from typing import Any, Sequence
 
 from ._lifecycle import boundary
-from .errors import HookError, UnknownEventError, closest
+from .errors import HookError, StopTraining, UnknownEventError, closest
 
 __all__ = ["BadInput", "Runner", "WeaveTarget", "parse_weave", "run"]
 
@@ -115,6 +121,7 @@ class Runner:
     presets: list[str] = field(default_factory=list)
     weaves: list[WeaveTarget] = field(default_factory=list)
     callback_exprs: list[str] = field(default_factory=list)
+    train_only: list[str] = field(default_factory=list)  # events whose woven functions fire only with grad on
     handles: list[Any] = field(default_factory=list)  # weaves and registrations, to remove
     callbacks: list[Any] = field(default_factory=list)
     module: ModuleType | None = None
@@ -141,6 +148,13 @@ class Runner:
         for target in self.weaves:
             if target.in_script:
                 self._pending_script.setdefault(target.top_name, []).append(target)
+        woven_events = {target.event or target.attr for target in self.weaves}
+        for event in self.train_only:
+            if event not in woven_events:
+                raise BadInput(
+                    f"{PROG}: --train-only {event!r}: no --weave makes a join point {event!r}."
+                    f"{closest(event, sorted(woven_events))} It applies to a function woven here "
+                    f"(--weave {event}=MODULE:FUNCTION --train-only {event}).")
         positions = _last_bindings(tree, set(self._pending_script))
         missing = sorted(set(self._pending_script) - set(positions))
         if missing:
@@ -237,6 +251,8 @@ class Runner:
         except HookError as exc:
             raise BadInput(f"{PROG}: --weave {target.spec!r}: {exc}") from None
         self.handles.append(handle)
+        if (target.event or target.attr) in self.train_only:
+            self.handles.append(_TrainOnly(target, container))
 
     def _evaluate(self, expr: Any) -> Any:
         import hookwrap
@@ -340,15 +356,40 @@ class Runner:
         self.handles.clear()
 
     def summary(self) -> list[str]:
-        """A line for each callback that measured something (printed to stderr)."""
-        lines = []
-        for cb in self.callbacks:
-            count = getattr(cb, "count", None)
-            median = getattr(cb, "median", None)
-            if isinstance(count, int) and callable(median):  # StepTimer
-                lines.append(f"{PROG}: {type(cb).__name__}: {count} steps, median "
-                             f"{median() * 1e3:.3f} ms, mean {cb.mean() * 1e3:.3f} ms")
-        return lines
+        """A line for each callback that reports what it measured (``summary()``:
+        StepTimer, Throughput), printed to stderr when the script ends."""
+        return [f"{PROG}: {cb.summary()}" for cb in self.callbacks if callable(getattr(cb, "summary", None))]
+
+
+class _TrainOnly:
+    """``--train-only EVENT``: the woven function's attribute becomes a gate that calls
+    the join point while gradients are enabled (training) and the original function
+    otherwise (an evaluation under ``torch.no_grad()``); ``remove()`` puts the join
+    point back (before its weave is removed)."""
+
+    def __init__(self, target: WeaveTarget, container: Any) -> None:
+        import functools
+
+        joint = getattr(container, target.attr)
+        if isinstance(container, type):
+            raise BadInput(f"{PROG}: --train-only {target.event or target.attr!r}: {target.spec!r} is a method; "
+                           f"--train-only gates functions (a method's object tells training apart itself).")
+        try:
+            import torch
+        except ImportError:
+            raise BadInput(f"{PROG}: --train-only needs torch (it reads torch.is_grad_enabled()).") from None
+        original = joint.__wrapped__
+        is_grad_enabled = torch.is_grad_enabled
+
+        @functools.wraps(joint)
+        def gate(*args: Any, **kwargs: Any) -> Any:
+            return joint(*args, **kwargs) if is_grad_enabled() else original(*args, **kwargs)
+
+        self.container, self.attr, self.joint = container, target.attr, joint
+        setattr(container, target.attr, gate)
+
+    def remove(self) -> None:
+        setattr(self.container, self.attr, self.joint)
 
 
 def _bad_expression(expr: str, exc: Exception, scope: dict[str, Any], shipped_error: Exception | None) -> BadInput:
@@ -555,13 +596,14 @@ def _script_traceback(tb: TracebackType | None) -> TracebackType | None:
 
 
 def run(script: str, args: Sequence[str] = (), presets: Sequence[str] = (), weaves: Sequence[str] = (),
-        callbacks: Sequence[Any] = ()) -> int:
+        callbacks: Sequence[Any] = (), train_only: Sequence[str] = ()) -> int:
     """Run ``script`` with ``args`` as ``python script.py args`` would, with the presets,
     weaves and callbacks applied, then undo them all; returns the exit status (the
     script's ``sys.exit`` code; 1 after printing an uncaught exception; 2 for bad
     input, printed to stderr). ``callbacks`` are ``--callback`` expressions, or
-    callback objects (``Callback`` instances, ``("event", fn)`` pairs)."""
-    runner = Runner(script, list(args), list(presets), [], list(callbacks))
+    callback objects (``Callback`` instances, ``("event", fn)`` pairs). ``train_only``:
+    events of woven functions whose calls fire callbacks only with gradients enabled."""
+    runner = Runner(script, list(args), list(presets), [], list(callbacks), list(train_only))
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     saved_main = sys.modules.get("__main__")
     _active.append(runner)
@@ -593,6 +635,9 @@ def run(script: str, args: Sequence[str] = (), presets: Sequence[str] = (), weav
             return 2
         except SystemExit as exc:
             return _exit_status(exc)
+        except StopTraining as stop:  # a callback ended the run: the script's end, status 0
+            print(f"{PROG}: stopped: {stop}", file=sys.stderr)
+            return 0
         except Exception as exc:
             tb = _script_traceback(exc.__traceback__)
             sys.excepthook(type(exc), exc.with_traceback(tb), tb)

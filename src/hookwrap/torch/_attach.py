@@ -22,9 +22,9 @@ from .. import Callback
 from ..errors import CallbackSignatureError, HookError, closest
 from ..extend import Defers, Ending, JoinPointInfo, has_join_point, join_points, per_join_point, process_rank, reader
 
-__all__ = ["COUNT", "NUMBER_OR_NONE", "CountingCallback", "DefaultEvent", "LogsInto", "Saved", "ShippedCallback", "Source",
-           "checked_logger", "from_object", "is_rank_zero", "positive_number", "saved", "settle_logger", "to_float",
-           "whole_number"]
+__all__ = ["COUNT", "NUMBER_OR_NONE", "CountingCallback", "DefaultEvent", "LogsInto", "Saved", "ShippedCallback",
+           "Source", "checked_logger", "from_object", "is_rank_zero", "is_reference", "positive_number",
+           "resolve_reference", "saved", "settle_logger", "to_float", "whole_number"]
 
 
 class DefaultEvent(str):
@@ -155,6 +155,8 @@ class ShippedCallback(Callback):
         per join point; a function join point with neither is refused."""
         if not isinstance(setting, str):
             return reader(handler, event, None, (*extra, setting))
+        if is_reference(setting):  # "__main__:model": an object the script makes, looked up at each call
+            return reader(self._from_attribute, event, None, (handler.__name__, setting, what, *extra))
         choose = functools.partial(self._choose_value, handler.__name__, event, setting, what, extra)
         return per_join_point(self, handler.__name__, choose)
 
@@ -324,13 +326,44 @@ def is_rank_zero() -> bool:
     return process_rank() == 0
 
 
+def is_reference(value: Any) -> bool:
+    """Is ``value`` a ``"MODULE:NAME"`` string (``"__main__:model"``)?"""
+    return isinstance(value, str) and ":" in value
+
+
+def resolve_reference(value: str, what: str, where: str) -> Any:
+    """The object ``"MODULE:NAME[.ATTR]"`` names now: ``__main__`` is the running script
+    (under ``hookwrap run`` too), so a callback made before the script runs can name
+    what the script makes (``BestCheckpoint(..., model="__main__:model")``)."""
+    import importlib
+    import sys
+
+    module_name, _, path = value.partition(":")
+    try:
+        found: Any = sys.modules[module_name] if module_name in sys.modules else importlib.import_module(module_name)
+    except ImportError as exc:
+        raise HookError(f"{where}: {what}={value!r}: cannot import {module_name!r} ({exc}).") from None
+    for part in path.split("."):
+        try:
+            found = getattr(found, part)
+        except AttributeError:
+            raise HookError(
+                f"{where}: {what}={value!r}: {module_name} has no {path!r} (yet): the {what} is looked up "
+                f"when it is first needed, so the script must have made it by then. Name a global the "
+                f"script binds before its training starts.") from None
+    return found
+
+
 def from_object(obj: Any, value: Any, what: str, where: str) -> Any:
     """``value`` itself, or when it is a string, that attribute of the hooked object
-    (``model="model"`` reads ``trainer.model``); the hooked object itself when it has
-    no such attribute and is the thing asked for (``LRMonitor`` attached to the
-    optimizer, whose ``step`` is the event)."""
+    (``model="model"`` reads ``trainer.model``), or the object a ``"MODULE:NAME"``
+    string names (``"__main__:model"``: the script's); the hooked object itself when
+    it has no such attribute and is the thing asked for (``LRMonitor`` attached to
+    the optimizer, whose ``step`` is the event)."""
     if not isinstance(value, str):
         return value
+    if is_reference(value):
+        return resolve_reference(value, what, where)
     if obj is None:
         raise HookError(
             f"{where}: the join point is a function, with no object to read the {what} from "

@@ -257,6 +257,18 @@ class Throughput(Defers, QueuesReadBacks, CountingCallback):
     def last(self) -> dict[str, float] | None:
         return self.history[-1][1] if self.history else None
 
+    def summary(self) -> str:
+        """One line: the mean of each rate over the windows reported (``hookwrap run``
+        prints it at the end)."""
+        history = self.history
+        if not history:
+            return f"Throughput: no window of {self.every} steps completed"
+        names = list(history[-1][1])
+        means = {name: sum(m[name] for _, m in history if name in m) / sum(1 for _, m in history if name in m)
+                 for name in names}
+        return (f"Throughput: {len(history)} windows of {self.every} steps, mean "
+                + ", ".join(f"{name} {value:.4g}" for name, value in means.items()))
+
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "history": [(step, dict(m)) for step, m in self.history]}
 

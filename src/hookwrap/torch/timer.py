@@ -84,3 +84,7 @@ class StepTimer(ShippedCallback):
 
     def median(self) -> float:
         return statistics.median(self.times) if self.count else 0.0
+
+    def summary(self) -> str:
+        """One line: the steps timed, their median and mean (``hookwrap run`` prints it at the end)."""
+        return f"StepTimer: {self.count} steps, median {self.median() * 1e3:.3f} ms, mean {self.mean() * 1e3:.3f} ms"
