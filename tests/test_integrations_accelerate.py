@@ -157,3 +157,24 @@ def test_grad_accumulation_is_refused_naming_accelerate_own(hw, preset):
         accelerator, _, _ = prepared()
         with pytest.raises(hw.HookError, match=r"accumulates gradients itself.*accelerator.accumulate"):
             hw.add_callback(accelerator, GradAccumulation(2, loss_event="backward"))
+
+
+def test_callback_state_saved_and_loaded_with_accelerate_state(hw, preset, tmp_path):
+    """hw.CallbackState(accelerator) registered for checkpointing: accelerator.save_state
+    carries the callbacks' state, load_state gives it back."""
+    from hookwrap.torch import LRMonitor
+
+    with preset.weave():
+        accelerator, model, optimizer = prepared()
+        monitor = LRMonitor(optimizer=optimizer, step_event="backward")
+        hw.add_callback(accelerator, monitor)
+        accelerator.register_for_checkpointing(hw.CallbackState(accelerator))
+        train(accelerator, model, optimizer, steps=3)
+        accelerator.save_state(str(tmp_path / "state"))
+        assert monitor.step == 3
+        fresh, fresh_model, fresh_optimizer = prepared()
+        again = LRMonitor(optimizer=fresh_optimizer, step_event="backward")
+        hw.add_callback(fresh, again)
+        fresh.register_for_checkpointing(hw.CallbackState(fresh))
+        fresh.load_state(str(tmp_path / "state"))
+        assert again.step == 3
