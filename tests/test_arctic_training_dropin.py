@@ -370,6 +370,61 @@ def _double(self: Any, x: int) -> int:
     return x * 2
 
 
+def test_hookwrap_callbacks_run_outside_the_arctic_training_ones(at: Any, hw: Any) -> None:
+    log: list[str] = []
+
+    class T(at.CallbackMixin):
+        callbacks = [("pre-loss", lambda self, x: log.append("AT pre") or x),
+                     ("post-loss", lambda self, r: log.append("AT post") or r + 1)]
+
+        @at.callback_wrapper("loss")
+        def loss(self, x: int) -> int:
+            return x
+
+    t = T()
+    hw.before(t, "loss", lambda self, x: log.append("hw before") or x)
+    hw.after(t, "loss", lambda self, return_value: log.append(f"hw after {return_value}") or return_value)
+    hw.before(T, "loss", lambda self, x: log.append("hw class before") or x)
+    assert t.loss(1) == 2
+    assert log == ["hw class before", "hw before", "AT pre", "AT post", "hw after 2"]
+
+
+def test_every_base_adds_its_callbacks(at: Any) -> None:
+    # A difference: ArcticTraining reads the first base's accumulated list only.
+    log: list[str] = []
+
+    class Base(at.CallbackMixin):
+        @at.callback_wrapper("step")
+        def step(self) -> None:
+            log.append("step")
+
+    class A(Base):
+        callbacks = [("pre-step", lambda self: log.append("A"))]
+
+    class B(Base):
+        callbacks = [("pre-step", lambda self: log.append("B"))]
+
+    class C(A, B):
+        pass
+
+    C().step()
+    assert log == ["B", "A", "step"]  # reverse MRO, as hookwrap's class tier
+
+
+def test_dash_and_underscore_compare_alike(at: Any) -> None:
+    class T(at.CallbackMixin):
+        callbacks = [("pre-multi-args", lambda self, a: a + 1)]
+
+        @at.callback_wrapper("multi_args")
+        def multi_args(self, a: int) -> int:
+            return a
+
+        def pre_multi_args_callback(self, a: int) -> int:
+            return a * 10
+
+    assert T().multi_args(1) == 20
+
+
 def test_objects_pickle_and_copy(at: Any) -> None:
     import copy
 
