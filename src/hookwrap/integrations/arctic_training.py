@@ -241,18 +241,18 @@ def _method(cls: type, name: str) -> Any:
     raise AssertionError(f"{cls.__qualname__} has no join point {name!r}")
 
 
-def _parse(cls: type, item: Any, where: str) -> tuple[str, Callable[..., Any]]:
+def _parse(item: Any, where: str) -> tuple[str, Callable[..., Any]]:
     if not (isinstance(item, tuple) and len(item) == 2):
         raise ArcticCallbackError(f"{where}: each entry is an (event, callback) pair like "
-                        f"('pre-step', fn), got {safe_repr(item)}.")
+                                  f"('pre-step', fn), got {safe_repr(item)}.")
     event, fn = item
     if not isinstance(event, str) or event.partition("-")[0] not in ("pre", "post") or not event.partition("-")[2]:
         raise ArcticCallbackError(f"{where}: {safe_repr(event)} is not an ArcticTraining event: name one "
-                        f"'pre-<method>' or 'post-<method>' (for around advice or error callbacks, "
-                        f"use hw.around / hw.on_error).")
+                                  f"'pre-<method>' or 'post-<method>' (for around advice or error callbacks, "
+                                  f"use hw.around / hw.on_error).")
     if not callable(fn):
         raise ArcticCallbackError(f"{where}: the callback for {event!r} is {safe_repr(fn)}, which is not "
-                        f"callable; pass a function `def fn(self, ...)`.")
+                                  f"callable; pass a function `def fn(self, ...)`.")
     return event, fn
 
 
@@ -262,11 +262,12 @@ def _rewrap(cls: type) -> None:
     for attr, value in list(vars(cls).items()):
         if not isinstance(value, FunctionType) or hasattr(value, WRAPPER_NAME_ATTR):
             continue
-        for base in cls.__mro__[1:]:
-            name = _wrapped_name(vars(base).get(attr))
-            if name is not None:
-                setattr(cls, attr, callback_wrapper(name)(value))
-                break
+        # What it overrides: the nearest base defining the name (an unwrapped
+        # override there ends the chain, as ArcticTraining reads the resolved one).
+        base = next((b for b in cls.__mro__[1:] if attr in vars(b)), None)
+        name = _wrapped_name(vars(base)[attr]) if base is not None else None
+        if name is not None:
+            setattr(cls, attr, callback_wrapper(name)(value))
 
 
 def _register(cls: type, entry: _Entry) -> bool:
@@ -275,7 +276,6 @@ def _register(cls: type, entry: _Entry) -> bool:
     # Post callbacks run in declaration order after the method: as around advice they
     # are outermost-last, which `prepend` (latest first) gives across the class tier.
     around(cls, entry.name, entry.advice, prepend=entry.phase == "post")
-    entry.plans.clear()
     return True
 
 
@@ -293,7 +293,7 @@ def _prepare(cls: type) -> None:
     # `callbacks = [*Base.callbacks, mine]` does not run Base's twice).
     new = [item for item in declared if item not in record.declared]
     record.declared += new
-    entries = [_Entry(*_parse(cls, item, where), f"class list {where}") for item in new]
+    entries = [_Entry(*_parse(item, where), f"class list {where}") for item in new]
     methods = sorted((attr, value) for attr, value in vars(cls).items() if _CALLBACK_METHOD.match(attr))
     for attr, value in methods:
         fn = value.__func__ if isinstance(value, staticmethod) else value
