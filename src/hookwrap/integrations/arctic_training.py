@@ -1,0 +1,371 @@
+"""ArcticTraining's callback API, running on hookwrap's dispatch: change one import.
+
+::
+
+    # from arctic_training.callback.mixin import CallbackMixin, callback_wrapper
+    from hookwrap.integrations.arctic_training import CallbackMixin, callback_wrapper
+
+Classes, callbacks and calls keep ArcticTraining's (0.8) semantics, not
+``hw.Hookable``'s:
+
+* ``@callback_wrapper("name")`` makes a method a join point named ``name``; an
+  override of it in a subclass is one too (ArcticTraining re-wraps it), an
+  abstract method's included.
+* A class's ``callbacks = [("pre-name", fn), ("post-name", fn)]`` adds to what
+  its bases declared (an entry already there is not added twice), then its own
+  ``pre_<name>_callback`` / ``post_<name>_callback`` methods, by name.
+* A ``pre-`` callback is ``fn(self, <any of the method's parameters>)`` and
+  returns them (one: the value; several: a sequence, in its own parameter
+  order; none: nothing); whatever it returns, ``None`` included, is what the
+  method gets, and from then on the method gets all its arguments by keyword
+  (parameters named ``args`` or ``kwargs`` are dropped, as ArcticTraining does).
+* A ``post-`` callback is ``fn(self, value)`` (the return value, whatever the
+  parameter is named) and its return replaces the value, ``None`` included; on a
+  method annotated ``-> None`` it is ``fn(self)``.
+* Callbacks are checked when the class is first instantiated, and a bad one
+  raises ``ArcticCallbackError``, a ``ValueError`` as ArcticTraining's are.
+
+Each callback is a class-tier ``around`` registration of hookwrap, so
+``hw.describe`` lists them and hookwrap's own callbacks (``hw.before(obj, ...)``,
+``hookwrap.torch``'s) run on the same join points. Where this differs from
+ArcticTraining, and why, is in the integrations guide ("ArcticTraining").
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import threading
+import weakref
+from types import FunctionType
+from typing import Any, Callable, TypeVar
+
+from .. import around, hookable
+from ..errors import CallbackReturnError, HookError, closest, safe_repr
+from ..extend import has_join_point, is_join_point
+
+__all__ = ["ArcticCallbackError", "CallbackMixin", "WRAPPER_NAME_ATTR", "callback_wrapper"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# ArcticTraining marks its wrapped methods with this attribute; code that reads it
+# (its callback-ordering log) finds it on ours too.
+WRAPPER_NAME_ATTR = "__at_wrapped_name__"
+
+# ArcticTraining's pattern, matched at the start of the name only (as its re.match):
+# `pre_step_callback_2` is a `pre-step` callback there, so it is here.
+_CALLBACK_METHOD = re.compile(r"(pre|post)_(.+)_callback")
+
+_lock = threading.RLock()
+
+
+class ArcticCallbackError(HookError, ValueError):
+    """A callback of a ``CallbackMixin`` class that ArcticTraining would refuse: a
+    ``ValueError`` there, so ``except ValueError`` keeps catching it."""
+
+
+def callback_wrapper(name: str) -> Callable[[F], F]:
+    """Make a method a join point named ``name`` (events ``pre-<name>`` and
+    ``post-<name>``), as ArcticTraining's ``callback_wrapper``. An already wrapped
+    method is returned as it is."""
+    if not isinstance(name, str) or not name.replace("-", "_").isidentifier():
+        raise HookError(f"callback_wrapper({safe_repr(name)}): the name must be a non-empty string like "
+                        f"'step' or 'multi-args' (its events are 'pre-<name>' and 'post-<name>').")
+
+    def decorator(method: F) -> F:
+        if hasattr(method, WRAPPER_NAME_ATTR):
+            return method
+        if not isinstance(method, FunctionType):
+            raise HookError(f"callback_wrapper({name!r}) decorates a method `def {name}(self, ...)`, "
+                            f"got {safe_repr(method)}.")
+        join_point = hookable(name)(method)
+        setattr(join_point, WRAPPER_NAME_ATTR, name)
+        return join_point  # type: ignore[return-value]
+
+    return decorator
+
+
+def _wrapped_name(value: Any) -> str | None:
+    name = getattr(value, WRAPPER_NAME_ATTR, None) if is_join_point(value) else None
+    return name if isinstance(name, str) else None
+
+
+class _Frozen(list):  # type: ignore[type-arg]
+    """A class's ``callbacks`` once the class exists. ArcticTraining reads it when the
+    class is created, so an entry appended later reaches none of its objects (there,
+    silently); here that is refused with the ways that do work."""
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise HookError(
+            "a CallbackMixin class's `callbacks` list is read when the class is created: an entry "
+            "added later would reach none of its objects (ArcticTraining ignores it silently). "
+            "Declare it in the class body (`callbacks = [(\"pre-step\", fn)]`, or in a subclass), or "
+            "register with hookwrap: hw.before(obj_or_cls, 'step', fn) / hw.after(...)."
+        )
+
+    append = extend = insert = remove = pop = clear = sort = reverse = _refuse
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse  # type: ignore[assignment]
+
+
+class _Entry:
+    """One ArcticTraining callback: its event, its function and where it was declared."""
+
+    def __init__(self, event: str, fn: Callable[..., Any], origin: str) -> None:
+        self.event, self.fn, self.origin = event, fn, origin
+        self.phase, _, self.name = event.partition("-")
+        self.label = getattr(fn, "__qualname__", None) or safe_repr(fn)
+        self.plans: weakref.WeakKeyDictionary[type, Any] = weakref.WeakKeyDictionary()
+        self.advice = self._advice()
+
+    def __repr__(self) -> str:  # ArcticTraining's Callback repr
+        return f"<Callback event={self.event} fn={self.label}>"
+
+    # -- checking, once per class: ArcticTraining's rules ------------------------
+
+    def plan(self, cls: type) -> Any:
+        """What a call on an object of ``cls`` needs; checks the callback the way
+        ArcticTraining does, against ``cls``'s (most derived) method."""
+        plan = self.plans.get(cls)
+        if plan is None:
+            plan = self._check(cls)
+            self.plans[cls] = plan
+        return plan
+
+    def _fail(self, cls: type, problem: str) -> ArcticCallbackError:
+        return ArcticCallbackError(f"{cls.__qualname__}: callback {self.label} for {self.event!r} "
+                                   f"(from {self.origin}) {problem}")
+
+    def _check(self, cls: type) -> Any:
+        method = _method(cls, self.name)
+        method_sig = inspect.signature(method)
+        try:
+            params = list(inspect.signature(self.fn).parameters.values())
+        except (TypeError, ValueError) as e:
+            raise self._fail(cls, f"has no signature to read ({e}); pass a Python function.") from None
+        if self.phase == "pre":
+            names = list(method_sig.parameters)
+            for p in params:
+                if p.default is not p.empty:
+                    raise self._fail(cls, f"gives parameter {p.name!r} a default; callbacks take no "
+                                          f"defaults (ArcticTraining refuses them too): remove it.")
+                if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                    raise self._fail(cls, f"takes *{p.name}; name the method's parameters it needs "
+                                          f"instead, from {names}.")
+                if p.name not in names and p is params[0]:
+                    raise self._fail(cls, f"names its first parameter {p.name!r}: it receives the object; "
+                                          f"name it `self` (ArcticTraining checks every parameter's name "
+                                          f"against {self.name}{method_sig}).")
+                if p.name not in names:
+                    raise self._fail(cls, f"takes {p.name!r}, which {self.name}{method_sig} does not have."
+                                     + closest(p.name, names) + f" It may take any of {names}.")
+            if not params:
+                raise self._fail(cls, "takes no parameter; a callback takes the object first: "
+                                      "`def fn(self, ...)`.")
+            return method_sig, tuple(p.name for p in params[1:])
+        annotation = method_sig.return_annotation
+        if annotation is method_sig.empty:
+            return True  # ArcticTraining checks nothing then, and passes the value
+        if annotation is None:
+            if len(params) != 1:
+                raise self._fail(cls, f"takes {len(params)} parameters; {self.name}() returns None "
+                                      f"(`-> None`), so a post callback takes only `self`.")
+            return False
+        if len(params) != 2:
+            raise self._fail(cls, f"takes {len(params)} parameters; a post callback takes two: `self` "
+                                  f"and the value {self.name}() returns (any name), and returns it.")
+        return True
+
+    # -- running, as hookwrap around advice --------------------------------------
+
+    def _advice(self) -> Callable[..., Any]:
+        entry, fn = self, self.fn
+        if self.phase == "pre":
+            def advice(self: Any, proceed: Any, *args: Any, **kwargs: Any) -> Any:
+                method_sig, names = entry.plan(type(self))
+                bound = method_sig.bind(self, *args, **kwargs)
+                bound.apply_defaults()
+                # ArcticTraining passes the method every argument by keyword from here
+                # on, without `self`, `args` and `kwargs`.
+                call = {k: v for k, v in bound.arguments.items() if k not in ("self", "args", "kwargs")}
+                returned = fn(self, **{n: call[n] for n in names})
+                if not names:
+                    if returned is not None:
+                        raise entry._fail(type(self), f"takes no argument of {entry.name}() but returned "
+                                                      f"{safe_repr(returned)}; return nothing.")
+                elif len(names) == 1:
+                    call[names[0]] = returned
+                else:
+                    try:
+                        count = len(returned)
+                    except TypeError:
+                        raise CallbackReturnError(
+                            f"callback {entry.label} for {entry.event!r} takes {list(names)}, so it returns "
+                            f"them, in that order: `return {', '.join(names)}`; it returned "
+                            f"{safe_repr(returned)}.") from None
+                    if count != len(names):
+                        raise entry._fail(type(self), f"returned {count} values for {len(names)} arguments "
+                                                      f"{list(names)}; return them in that order.")
+                    call.update(zip(names, returned))
+                return proceed(**call)
+        else:
+            def advice(self: Any, proceed: Any, *args: Any, **kwargs: Any) -> Any:
+                value = proceed(*args, **kwargs)
+                return fn(self, value) if entry.plan(type(self)) else fn(self)
+        advice.__name__ = getattr(fn, "__name__", "callback")
+        advice.__qualname__ = entry.label
+        return advice
+
+
+class _Record:
+    """What this module keeps per ``CallbackMixin`` class."""
+
+    def __init__(self) -> None:
+        self.declared: list[tuple[Any, Any]] = []  # ArcticTraining's _class_callbacks (list part)
+        self.registered: list[_Entry] = []         # on this class (a base's pending ones included)
+        self.pending: list[_Entry] = []            # events this class lacks (a subclass may add them)
+        self.resolved: set[_Entry] = set()         # a base's pending ones, registered here or in a base
+        self.checked = False
+
+
+_records: weakref.WeakKeyDictionary[type, _Record] = weakref.WeakKeyDictionary()
+
+
+def _method(cls: type, name: str) -> Any:
+    """``cls``'s most derived method wrapped as join point ``name``."""
+    want = name.replace("-", "_")
+    for attr in dir(cls):
+        value = inspect.getattr_static(cls, attr, None)
+        wrapped = _wrapped_name(value)
+        if wrapped is not None and wrapped.replace("-", "_") == want:
+            return getattr(cls, attr)
+    raise AssertionError(f"{cls.__qualname__} has no join point {name!r}")
+
+
+def _parse(item: Any, where: str) -> tuple[str, Callable[..., Any]]:
+    if not (isinstance(item, tuple) and len(item) == 2):
+        raise ArcticCallbackError(f"{where}: each entry is an (event, callback) pair like "
+                                  f"('pre-step', fn), got {safe_repr(item)}.")
+    event, fn = item
+    if not isinstance(event, str) or event.partition("-")[0] not in ("pre", "post") or not event.partition("-")[2]:
+        raise ArcticCallbackError(f"{where}: {safe_repr(event)} is not an ArcticTraining event: name one "
+                                  f"'pre-<method>' or 'post-<method>' (for around advice or error callbacks, "
+                                  f"use hw.around / hw.on_error).")
+    if not callable(fn):
+        raise ArcticCallbackError(f"{where}: the callback for {event!r} is {safe_repr(fn)}, which is not "
+                                  f"callable; pass a function `def fn(self, ...)`.")
+    return event, fn
+
+
+def _rewrap(cls: type) -> None:
+    """ArcticTraining re-wraps a subclass's override of a wrapped method (an abstract
+    one included), so its callbacks keep running whoever overrides it."""
+    for attr, value in list(vars(cls).items()):
+        if not isinstance(value, FunctionType) or hasattr(value, WRAPPER_NAME_ATTR):
+            continue
+        # What it overrides: the nearest base defining the name (an unwrapped
+        # override there ends the chain, as ArcticTraining reads the resolved one).
+        base = next((b for b in cls.__mro__[1:] if attr in vars(b)), None)
+        name = _wrapped_name(vars(base)[attr]) if base is not None else None
+        if name is not None:
+            setattr(cls, attr, callback_wrapper(name)(value))
+
+
+def _register(cls: type, entry: _Entry) -> bool:
+    if not has_join_point(cls, entry.name):
+        return False
+    # Post callbacks run in declaration order after the method: as around advice they
+    # are outermost-last, which `prepend` (latest first) gives across the class tier.
+    around(cls, entry.name, entry.advice, prepend=entry.phase == "post")
+    return True
+
+
+def _prepare(cls: type) -> None:
+    record = _Record()
+    bases = [_records[b] for b in cls.__mro__[1:] if b in _records]
+    for base in bases:
+        record.declared += [d for d in base.declared if d not in record.declared]
+    declared = getattr(cls, "callbacks", [])
+    where = f"{cls.__qualname__}.callbacks"
+    if not isinstance(declared, (list, tuple)):
+        raise ArcticCallbackError(f"{where} must be a list of (event, callback) pairs, got "
+                                  f"{safe_repr(declared)}.")
+    # ArcticTraining adds the entries its bases do not have already (so
+    # `callbacks = [*Base.callbacks, mine]` does not run Base's twice).
+    new = [item for item in declared if item not in record.declared]
+    record.declared += new
+    entries = [_Entry(*_parse(item, where), f"class list {where}") for item in new]
+    methods = sorted((attr, value) for attr, value in vars(cls).items() if _CALLBACK_METHOD.match(attr))
+    for attr, value in methods:
+        fn = value.__func__ if isinstance(value, staticmethod) else value
+        if not isinstance(fn, FunctionType):
+            continue  # ArcticTraining reads functions only (`pre_step_callback = None` included)
+        m = _CALLBACK_METHOD.match(attr)
+        assert m is not None
+        event = f"{m.group(1)}-{m.group(2).replace('_', '-')}"
+        if (event, fn) not in record.declared:
+            entries.append(_Entry(event, fn, f"class method {cls.__qualname__}.{attr}"))
+    # Events a base declared that only this class has: registered here now.
+    for base in bases:
+        record.resolved |= base.resolved
+    for base in bases:
+        for entry in base.pending:
+            if entry in record.resolved or entry in record.pending:
+                continue
+            if _register(cls, entry):
+                record.registered.append(entry)
+                record.resolved.add(entry)
+            else:
+                record.pending.append(entry)
+    for entry in entries:
+        (record.registered if _register(cls, entry) else record.pending).append(entry)
+    if "callbacks" in vars(cls):
+        type.__setattr__(cls, "callbacks", _Frozen(declared))
+    _records[cls] = record
+
+
+def _check(cls: type) -> None:
+    """At a class's first instantiation, as ArcticTraining: every callback it has
+    names a wrapped method and fits its signature."""
+    record = _records.get(cls)
+    if record is None or record.checked:
+        return
+    for entry in record.pending:
+        known = sorted({f"{p}-{n}" for n in _event_names(cls) for p in ("pre", "post")})
+        raise entry._fail(cls, "names no method wrapped with @callback_wrapper."
+                          + closest(entry.event, known) + f" Events of {cls.__qualname__}: {known}.")
+    for klass in cls.__mro__:
+        base = _records.get(klass)
+        for entry in base.registered if base is not None else ():
+            entry.plan(cls)
+    record.checked = True
+
+
+def _event_names(cls: type) -> set[str]:
+    return {name for attr in dir(cls) for name in [_wrapped_name(inspect.getattr_static(cls, attr, None))]
+            if name is not None}
+
+
+class CallbackMixin:
+    """ArcticTraining's ``CallbackMixin`` on hookwrap: ``__init__`` is join point
+    ``init``; callbacks come from ``callbacks`` lists and ``{pre|post}_<name>_callback``
+    methods, base class first (see the module docstring)."""
+
+    callbacks: list[tuple[str, Callable[..., Any]]] = _Frozen()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        with _lock:
+            _rewrap(cls)
+            _prepare(cls)
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        with _lock:
+            _check(cls)
+        return super().__new__(cls)
+
+    @callback_wrapper("init")
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # ArcticTraining's own pre-init callback (a log line) passes the method its
+        # arguments by keyword without `args` and `kwargs`: so the next class's
+        # __init__ is called with none, on every ArcticTraining class.
+        super().__init__()
