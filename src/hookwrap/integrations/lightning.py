@@ -164,7 +164,7 @@ def hookwrap_log(self: Any, row: dict[str, Any]) -> None:
     """A row Lightning logs, with its ``step`` (join point ``log``)."""
 
 
-def _route_logs(handle: PresetHandle, cls: type, connector_cls: type, where: str, stop: Any) -> None:
+def _route_logs(handle: PresetHandle, cls: Any, connector_cls: type, where: str, stop: Any) -> None:
     """Each ``log_metrics`` of the trainer's logger connector, the row Lightning gives
     its loggers (its step and epoch added as it adds them), goes through join point
     ``log``, even with no logger configured (where Lightning returns early)."""
@@ -175,7 +175,7 @@ def _route_logs(handle: PresetHandle, cls: type, connector_cls: type, where: str
 
     def log_metrics(self: Any, metrics: Any, step: Any = None) -> Any:
         trainer = self.trainer
-        module = trainer.lightning_module
+        module: Any = trainer.lightning_module
         if metrics and not layer.removed and isinstance(module, cls):
             row, at = dict(metrics), step
             if at is None:  # as log_metrics itself reads it
@@ -193,7 +193,7 @@ def _route_logs(handle: PresetHandle, cls: type, connector_cls: type, where: str
     handle.events["log"] = f"{connector_cls.__qualname__}.log_metrics"
 
 
-def _route_manual_steps(handle: PresetHandle, cls: type, optimizer_cls: type, where: str) -> None:
+def _route_manual_steps(handle: PresetHandle, cls: Any, optimizer_cls: type, where: str) -> None:
     """In manual optimization, ``opt.step()`` of a ``LightningOptimizer`` is an update
     Lightning counts (``global_step``) but never passes through the module's
     ``optimizer_step``: route it there, so the event is the same update in both modes.
