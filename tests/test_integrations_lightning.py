@@ -304,3 +304,27 @@ def test_grad_accumulation_is_refused_naming_lightning_own(hw, preset):
         with pytest.raises(hw.HookError, match=r"accumulates gradients itself.*accumulate_grad_batches=N"):
             hw.add_callback(Module(), GradAccumulation(2))
     assert not hasattr(Module, "__hookwrap_accumulation__")
+
+
+@pytest.mark.parametrize("min_delta", [0.002, 0.01])
+def test_early_stopping_decides_as_lightning_early_stopping(hw, preset, min_delta):
+    """The same run stopped by Lightning's EarlyStopping and by hookwrap's, with the same
+    monitor, patience and min_delta: the same epoch and global step."""
+    from lightning.pytorch.callbacks import EarlyStopping as LightningEarlyStopping
+
+    from hookwrap.torch import EarlyStopping
+
+    def fit(callbacks: list[Any], hooked: list[Any]) -> Any:
+        module = Module(lr=0.02)
+        for cb in hooked:
+            hw.add_callback(module, cb)
+        run = pl.Trainer(max_epochs=60, accelerator="cpu", logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks)
+        run.fit(module, loader(), loader())
+        return run
+
+    theirs = fit([LightningEarlyStopping("val_loss", patience=2, min_delta=min_delta)], [])
+    with preset.weave(Module):
+        ours = fit([], [EarlyStopping("val_loss", patience=2, min_delta=min_delta)])
+    assert (ours.current_epoch, ours.global_step) == (theirs.current_epoch, theirs.global_step)
+    assert theirs.current_epoch < 60

@@ -242,8 +242,12 @@ def test_metrics_logger_logs_what_hf_logs_under_accumulation(hw, preset, tmp_pat
                                logging_strategy="steps", logging_steps=logging_steps)
         logger = MetricsLogger(tmp_path / "m.csv", tensorboard=False)
         hw.add_callback(trainer, logger)
+        updates, micro_batches = [], []
+        hw.after(trainer, "optimizer_step", lambda self: updates.append(1))
+        hw.after(trainer, "step", lambda self: micro_batches.append(1))
         trainer.train()
         rows = logger.read()
+    assert len(updates) == trainer.state.global_step == 4 and len(micro_batches) == 16
     expected = [(row["step"], name, float(value)) for row in trainer.state.log_history
                 for name, value in row.items() if name != "step"]
     assert rows == [(step, name, pytest.approx(value)) for step, name, value in expected]
