@@ -223,7 +223,7 @@ def test_validate_test_and_predict_outside_fit_are_no_evaluations(hw, preset, tm
         module = Tested(lr=0.1)
         stopping = EarlyStopping("val_loss", patience=5)
         logger = MetricsLogger(tmp_path / "m.csv", tensorboard=False)
-        for cb in (stopping, BestCheckpoint(tmp_path / "best.pt", monitor="val_loss", model=module, optimizer=None), logger,
+        for cb in (stopping, BestCheckpoint(tmp_path / "best.pt", monitor="val_loss", model=module), logger,
                    NanGuard()):
             hw.add_callback(module, cb)
         evaluations = []
@@ -235,6 +235,7 @@ def test_validate_test_and_predict_outside_fit_are_no_evaluations(hw, preset, tm
         predictions = run.predict(module, loader())
         assert len(evaluations) == 2 and len(predictions) == 4
         assert stopping.best.value is not None
+        assert set(torch.load(tmp_path / "best.pt", weights_only=False)["optimizer"]) == {"state", "param_groups"}
         names = {name for _, name, _ in logger.read()}
         assert {"val_loss", "test_loss"} <= names  # logged as Lightning logs them; only val_loss decided
 

@@ -359,7 +359,8 @@ def from_object(obj: Any, value: Any, what: str, where: str) -> Any:
     (``model="model"`` reads ``trainer.model``), or the object a ``"MODULE:NAME"``
     string names (``"__main__:model"``: the script's); the hooked object itself when
     it has no such attribute and is the thing asked for (``LRMonitor`` attached to
-    the optimizer, whose ``step`` is the event)."""
+    the optimizer, whose ``step`` is the event), or for ``"optimizer"`` the one
+    optimizer its ``optimizers()`` gives (a LightningModule's)."""
     if not isinstance(value, str):
         return value
     if is_reference(value):
@@ -374,6 +375,10 @@ def from_object(obj: Any, value: Any, what: str, where: str) -> Any:
     except AttributeError:
         if _is_a(obj, what):
             return obj
+        if what == "optimizer" and value == "optimizer" and callable(getattr(obj, "optimizers", None)):
+            found = obj.optimizers()  # a LightningModule's, while it trains: one, or a list
+            if not isinstance(found, (list, tuple)):
+                return found
         raise HookError(
             f"{where}: {type(obj).__name__} has no attribute {value!r} to read the {what} "
             f"from. Pass {what}= the name of the attribute that holds it, or the {what} itself."
