@@ -279,7 +279,7 @@ def test_hookwrap_callbacks_and_fabric_callbacks_each_run_once(hw, preset):
         fabric.call("on_not_declared", value=4)  # Fabric's own callbacks only, as before
         assert seen.calls == ["update", ("validation", 0.5), "epoch", ("mine", 3)]
         assert counter.validations == [0.5] and counter.updates == 1 and counter.setups == 1
-        with pytest.raises(hw.UnknownEventError, match="on_validation_edn"):
+        with pytest.raises(hw.UnknownEventError, match=r"Fabric\(callbacks=\[...\]\): .* Typo .*on_validation_edn"):
             Fabric(accelerator="cpu", devices=1, callbacks=[Typo()])
     with pytest.raises(hw.HookError, match="hooks must be a tuple"):
         preset.weave(hooks="on_my_hook")
@@ -360,3 +360,14 @@ def test_hookwrap_run_preset_fabric(hw, tmp_path):
     assert [r["name"] for r in rows].count("loss") == 2 * BATCHES
     assert [(r["step"], f"{float(r['value']):.6f}") for r in rows if r["name"] == "val_loss"] == \
         [(step, value) for _, step, value in printed]
+
+
+def test_stop_flag_is_the_same_decision_on_every_rank(hw, tmp_path):
+    from tests import _fabric_worker
+    from tests._ranks import run_ranks
+
+    flag = "" if hw.USING_EXTENSION else "1"
+    results = run_ranks(_fabric_worker.run, (2, str(tmp_path / "init"), str(tmp_path), flag, 60.0), 2, 180, tmp_path)
+    assert all(r["compiled"] == hw.USING_EXTENSION for r in results)
+    assert [r["epochs"] for r in results] == [2, 2]  # rank 1 stopped; rank 0 left with it
+    assert results[0]["weight"] == pytest.approx(results[1]["weight"])  # DDP kept them in step

@@ -40,7 +40,9 @@ their join point). A name that is neither runs Fabric's own callbacks, as before
 ``hw.Callback`` objects (``hookwrap.torch``'s included) in ``Fabric(callbacks=[...])``
 are attached to that fabric (``hw.add_callback``) and taken out of the list Fabric
 calls itself, so each runs once, through hookwrap; anything else in the list is
-Fabric's, called as before.
+Fabric's, called as before. The hooked object is the fabric, which holds no model:
+pass ``BestCheckpoint``, ``GradNorm`` and ``Checkpoint`` ``model=`` your model (the
+module you set up, or what ``fabric.setup`` returned), ``LRMonitor`` the optimizer.
 
 Gradient accumulation: Fabric steps when your loop calls ``optimizer.step()``;
 ``fabric.no_backward_sync(model, enabled=...)`` only skips the gradient all-reduce of
@@ -165,7 +167,15 @@ def weave(fabric: Any = None, *, stop: str = "raise", hooks: tuple[str, ...] = (
         if ours:
             self._callbacks = [cb for cb in self._callbacks if not isinstance(cb, Callback)]
             for cb in ours:
-                add_callback(self, cb)
+                try:
+                    add_callback(self, cb)
+                except HookError as exc:  # said as the Fabric(callbacks=...) it came from
+                    raise type(exc)(
+                        f"Fabric(callbacks=[...]): hookwrap.integrations.fabric attaches {type(cb).__name__} "
+                        f"to the fabric, and it does not fit: {exc} The fabric's events: backward, "
+                        f"optimizer_step, step, loss, evaluate, and fabric.call's hooks (a name of your own: "
+                        f"weave(hooks=('on_my_hook',)))."
+                    ) from None
 
     def owned(self: Any, result: Any) -> Any:
         for item in result if isinstance(result, tuple) else (result,):
