@@ -277,6 +277,16 @@ def test_hookwrap_callbacks_and_fabric_callbacks_each_run_once(hw, preset):
         fabric.call("on_train_epoch_end")
         fabric.call("on_my_hook", value=3)
         fabric.call("on_not_declared", value=4)  # Fabric's own callbacks only, as before
+        losses: list[float] = []
+        hw.after(fabric, "loss", lambda self, loss: losses.append(float(loss)))
+        fabric.call("on_train_batch_end", loss=torch.tensor(1.0))
+        fabric.call("on_train_batch_end", outputs=torch.tensor(2.0))
+        fabric.call("on_train_batch_end", {"loss": torch.tensor(3.0)}, None, 0)  # Fabric's example trainer
+        fabric.call("on_train_batch_end", batch_idx=0)  # no loss: a step, no loss event
+        assert losses == [1.0, 2.0, 3.0]
+        hw.after(fabric, "loss", lambda self, return_value: return_value * 0.5)
+        with pytest.raises(hw.HookError, match="back-propagated already"):  # it would change nothing
+            fabric.call("on_train_batch_end", loss=torch.tensor(1.0))
         assert seen.calls == ["update", ("validation", 0.5), "epoch", ("mine", 3)]
         assert counter.validations == [0.5] and counter.updates == 1 and counter.setups == 1
         with pytest.raises(hw.UnknownEventError, match=r"Fabric\(callbacks=\[...\]\): .* Typo .*on_validation_edn"):

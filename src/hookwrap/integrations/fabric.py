@@ -23,9 +23,14 @@ Events, of the fabric (Lightning 2.6):
                    (``_FabricOptimizer.step``, routed to the fabric that set it up): one
                    per real update, as Fabric's own ``on_after_optimizer_step`` hook
 ``step``           ``fabric.call("on_train_batch_end", loss=...)``: a training batch ended
-                   (arguments ``loss``, ``values``: the call's keywords; returns ``loss``)
-``loss``           inside that ``step``, when it has a ``loss``: returns it
-                   (``MetricsLogger`` logs it, ``NanGuard`` checks it)
+                   (arguments ``loss``, ``values``: the call's keywords and the mappings
+                   passed positionally; returns ``loss``: ``loss=``, else ``outputs=``, a
+                   loss or a mapping holding ``"loss"``, as ``training_step`` returns)
+``loss``           inside that ``step``, when it has a loss: returns it
+                   (``MetricsLogger`` logs it, ``NanGuard`` checks it); back-propagated
+                   already, so a callback replacing it is an error (scale the loss
+                   ``before`` ``backward``; ``GradAccumulation`` does not apply: accumulate
+                   as Fabric does, below)
 ``evaluate``       ``fabric.call("on_validation_end", val_loss=...)``: returns the call's
                    keywords as a dict (argument ``metrics``), which ``EarlyStopping`` and
                    ``BestCheckpoint`` read
@@ -129,6 +134,16 @@ def _metrics(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
+def _loss(values: dict[str, Any]) -> Any:
+    """The loss of a training batch's hook: ``loss=``, else ``outputs=`` (a loss, or a
+    mapping holding one, as Lightning's ``training_step`` returns; also when passed
+    positionally, as Fabric's example trainer does)."""
+    if values.get("loss") is not None:
+        return values["loss"]
+    outputs = values.get("outputs")
+    return outputs.get("loss") if isinstance(outputs, Mapping) else outputs
+
+
 def weave(fabric: Any = None, *, stop: str = "raise", hooks: tuple[str, ...] = ()) -> PresetHandle:
     """Weave ``lightning.fabric.Fabric`` (or ``fabric``: a subclass, or an instance of one).
     ``stop``: ``"raise"`` or ``"flag"`` (see the module). ``hooks``: more ``fabric.call``
@@ -205,7 +220,15 @@ def weave(fabric: Any = None, *, stop: str = "raise", hooks: tuple[str, ...] = (
 
     def hookwrap_step(self: Any, loss: Any, values: dict[str, Any]) -> Any:
         """``fabric.call("on_train_batch_end", loss=...)`` (join point ``step``): returns ``loss``."""
-        return loss if loss is None else self.hookwrap_loss(loss)
+        if loss is not None and self.hookwrap_loss(loss) is not loss:
+            # Back-propagated already: a replacement (a scaled loss) would change nothing.
+            raise HookError(
+                f"hookwrap.integrations.fabric: a callback of 'loss' replaced the loss of "
+                f"fabric.call({_STEP!r}), which fabric.backward has back-propagated already, so it would "
+                f"change nothing. Change the loss before it is back-propagated: "
+                f"hw.before(fabric, 'backward', fn) with fn(self, loss) returning the new loss (for "
+                f"gradient accumulation, fabric.no_backward_sync and optimizer.step() every k batches).")
+        return loss
 
     def hookwrap_loss(self: Any, loss: Any) -> Any:
         """The ``loss`` of ``fabric.call("on_train_batch_end", loss=...)`` (join point ``loss``)."""
@@ -228,7 +251,7 @@ def weave(fabric: Any = None, *, stop: str = "raise", hooks: tuple[str, ...] = (
             _stopped[self] = handle.stopped = exc
         if hook_name == _STEP:
             values = _metrics(args, kwargs)
-            self.hookwrap_step(values.get("loss"), values)
+            self.hookwrap_step(_loss(values), values)
         elif hook_name == _EVALUATE:
             self.hookwrap_evaluate(_metrics(args, kwargs))
         elif hook_name in _RUN_END:
