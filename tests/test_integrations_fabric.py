@@ -381,3 +381,16 @@ def test_stop_flag_is_the_same_decision_on_every_rank(hw, tmp_path):
     assert all(r["compiled"] == hw.USING_EXTENSION for r in results)
     assert [r["epochs"] for r in results] == [2, 2]  # rank 1 stopped; rank 0 left with it
     assert results[0]["weight"] == pytest.approx(results[1]["weight"])  # DDP kept them in step
+
+
+def test_every_lightning_callback_hook_is_a_custom_event_of_the_fabric(hw, preset):
+    import lightning.pytorch as pl
+
+    assert {name for name in dir(pl.Callback) if name.startswith("on_")} <= set(preset.HOOKS)
+    with preset.weave():
+        fabric, _, _ = made()
+        seen: list[str] = []
+        for name in ("on_train_epoch_end", "on_test_end", "on_exception"):
+            hw.on(fabric, name, lambda self, name=name: seen.append(name))
+            fabric.call(name)
+        assert seen == ["on_train_epoch_end", "on_test_end", "on_exception"]
