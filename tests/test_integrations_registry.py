@@ -24,8 +24,8 @@ def test_importing_hookwrap_and_the_registry_imports_no_framework(hw: Any) -> No
 
 def test_presets_name_their_weave_functions(hw: Any) -> None:
     integrations = importlib.import_module("hookwrap.integrations")
-    assert {"transformers", "lightning", "ignite", "accelerate"} <= set(integrations.PRESETS)
-    for name in ("transformers", "lightning", "ignite", "accelerate"):
+    assert {"transformers", "lightning", "ignite", "accelerate", "fabric"} <= set(integrations.PRESETS)
+    for name in ("transformers", "lightning", "ignite", "accelerate", "fabric"):
         assert integrations.PRESETS[name] == f"hookwrap.integrations.{name}:weave"
     with pytest.raises(hw.HookError, match=r"no preset 'lightnin'\. Did you mean 'lightning'"):
         integrations.load("lightnin")

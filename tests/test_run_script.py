@@ -350,7 +350,7 @@ def test_a_branch_that_defines_the_woven_name_and_does_not_run_exits_2(hw, tmp_p
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"presets": ["torch_optimm"]},
-     "--preset 'torch_optimm': no such preset. Did you mean 'torch_optim'? Presets: accelerate, ignite, lightning, torch_optim, transformers."),
+     "--preset 'torch_optimm': no such preset. Did you mean 'torch_optim'? Presets: accelerate, fabric, ignite, lightning, torch_optim, transformers."),
     ({"weaves": ["epoch=__main__:trian"]},
      "--weave 'epoch=__main__:trian': mnist_style.py never defines 'trian' at its top level. "
      "Did you mean 'train'?"),

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     run.add_argument("--preset", action="append", default=[], metavar="NAME",
                      help="apply a ready-made weave of hookwrap.integrations: torch_optim (step of every "
-                          "torch.optim optimizer), transformers, ignite, accelerate")
+                          "torch.optim optimizer), transformers, ignite, accelerate, fabric")
     run.add_argument("--weave", action="append", default=[], metavar="[EVENT=]MODULE:ATTR",
                      help="make a function (MODULE:FUNCTION) or method (MODULE:CLASS.METHOD) a join point, "
                           "named EVENT if given; __main__:NAME is the script's own")

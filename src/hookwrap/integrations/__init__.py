@@ -36,6 +36,7 @@ PRESETS: dict[str, str] = {
     "lightning": "hookwrap.integrations.lightning:weave",
     "ignite": "hookwrap.integrations.ignite:weave",
     "accelerate": "hookwrap.integrations.accelerate:weave",
+    "fabric": "hookwrap.integrations.fabric:weave",
 }
 
 
