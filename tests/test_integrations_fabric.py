@@ -392,3 +392,12 @@ def test_every_lightning_callback_hook_is_a_custom_event_of_the_fabric(hw, prese
             hw.on(fabric, name, lambda self, name=name: seen.append(name))
             fabric.call(name)
         assert seen == ["on_train_epoch_end", "on_test_end", "on_exception"]
+
+
+def test_grad_accumulation_is_refused_naming_fabric_own(hw, preset):
+    from hookwrap.torch import GradAccumulation
+
+    with preset.weave():
+        fabric, _, _ = made()
+        with pytest.raises(hw.HookError, match=r"accumulates gradients itself.*no_backward_sync"):
+            hw.add_callback(fabric, GradAccumulation(2, loss_event="backward"))
