@@ -592,3 +592,60 @@ def test_train_only_and_references_refuse_bad_input(hw, tmp_path):
         "BestCheckpoint('best.pt', monitor='return_value', model='__main__:modle', optimizer=None)",
         "train.py", cwd=tmp_path)
     assert result.returncode == 1 and "model='__main__:modle': __main__ has no 'modle' (yet)" in result.stderr
+
+
+WITH_TEST_SET = '''
+import torch
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+x, y = torch.randn(16, 4), torch.randn(16, 1)
+val_data, test_data = (torch.randn(16, 4), torch.randn(16, 1)), (torch.randn(16, 4), torch.randn(16, 1))
+
+
+def evaluate(data_source):
+    with torch.no_grad():
+        return F.mse_loss(model(data_source[0]), data_source[1]).item()
+
+
+for epoch in range(2):
+    loss = F.mse_loss(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    print(f"epoch {epoch}: val {evaluate(val_data):.4f}")
+print(f"test {evaluate(test_data):.4f}")
+'''
+
+
+def test_only_leaves_the_test_set_evaluation_out_and_a_join_point_never_called_is_said(hw, tmp_path):
+    """word_language_model's shape: evaluate(val_data) each epoch, evaluate(test_data) at the
+    end. With --only the test set is no evaluation (EarlyStopping with patience 2 would
+    otherwise stop on it); a woven loss function the script never calls is reported."""
+    (tmp_path / "train.py").write_text(WITH_TEST_SET)
+    args = ["--weave", "evaluate=__main__:evaluate", "--callback", "EarlyStopping('return_value', patience=2)"]
+    result = _hookwrap_run(hw, *args, "train.py", cwd=tmp_path)
+    assert "hookwrap run: stopped: EarlyStopping" in result.stderr and "test " not in result.stdout
+    result = _hookwrap_run(hw, *args, "--only", "evaluate: data_source is val_data",
+                           "--weave", "loss=torch.nn.functional:cross_entropy", "train.py", cwd=tmp_path)
+    assert result.returncode == 0 and "stopped" not in result.stderr, result.stderr
+    assert result.stdout.count("val ") == 2 and "test " in result.stdout
+    assert ("--weave 'loss=torch.nn.functional:cross_entropy': join point 'loss' never fired" in result.stderr)
+    assert "join point 'evaluate' never fired" not in result.stderr
+    result = _hookwrap_run(hw, "--weave", "evaluate=__main__:evaluate", "--only", "evaluate data_source",
+                           "train.py", cwd=tmp_path)
+    assert result.returncode == 2 and "--only 'evaluate data_source': write EVENT: CONDITION" in result.stderr
+
+
+def test_messages_name_what_a_command_line_user_can_type(hw, tmp_path):
+    (tmp_path / "train.py").write_text(WITH_TEST_SET)
+    result = _hookwrap_run(hw, "--weave", "evaluate=__main__:evaluate", "--callback", "EarlyStopping()",
+                           "train.py", cwd=tmp_path)
+    assert "returned a float, not a mapping holding 'val_loss': monitor='return_value'" in result.stderr
+    result = _hookwrap_run(hw, "--weave", "evaluate=__main__:evaluate", "--callback",
+                           "BestCheckpoint('b.pt', monitor='return_value', optimizer=None)", "train.py", cwd=tmp_path)
+    assert "model='__main__:model'" in result.stderr
+    result = _hookwrap_run(hw, "--preset", "torch_optim", "--callback", "LRMonitor()", "train.py", cwd=tmp_path)
+    assert result.returncode == 2 and "pass event='step'" in result.stderr

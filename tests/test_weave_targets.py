@@ -326,12 +326,13 @@ def test_unfit_global_callbacks_keep_no_join_point_alive(hw):
             return x
 
     with hw.register_global_callback(("pre-step", lambda self, x: x)) as handle:
+        registration = handle._places[0][1]
+        others = len(registration.steps)  # the 'step' join points of other tests' classes, alive
         for _ in range(50):
             with hw.weave(Other, "step"):
                 Other().step(1, 2)  # the callback does not fit: skipped, noted once
         gc.collect()
-        registration = handle._places[0][1]
-        assert len(registration.steps) <= 2  # not one entry per weave
+        assert len(registration.steps) <= others + 2  # not one entry per weave
 
 
 def test_a_lazy_module_raising_anything_does_not_fail_the_import(hw, tmp_path):

@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
                        help="only the implementation in use, in this process")
     run = commands.add_parser(
         "run", usage="%(prog)s [-h] [--preset NAME] [--weave [EVENT=]MODULE:ATTR] [--train-only EVENT] "
-                     "[--callback EXPR] script [args ...]",
+                     "[--only 'EVENT: CONDITION'] [--callback EXPR] script [args ...]",
         help="run a script with weaves and callbacks applied from outside",
         description="Run SCRIPT as `python SCRIPT ARGS...` would (its argv, __main__, sys.path and "
                     "exit status), with join points woven and callbacks registered from outside.",
@@ -46,6 +46,11 @@ def main(argv: list[str] | None = None) -> int:
                      help="calls of the function woven as EVENT fire callbacks only with gradients enabled: "
                           "an evaluation under torch.no_grad() (or inference_mode) is left out "
                           "(--weave loss=torch.nn.functional:cross_entropy --train-only loss)")
+    run.add_argument("--only", action="append", default=[], metavar="'EVENT: CONDITION'",
+                     help="calls of the function woven as EVENT fire callbacks only when CONDITION, a Python "
+                          "expression of its arguments and the script's globals, is true "
+                          "(--only 'evaluate: data_source is val_data': the script's test-set evaluation "
+                          "is left out)")
     run.add_argument("--callback", action="append", default=[], metavar="EXPR",
                      help="a Python expression making a callback, with hw and hookwrap.torch's names in scope "
                           "(\"NanGuard(events='loss')\"), and the modules it names imported "
@@ -66,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         if not command:
             run.error("the following arguments are required: script")
         return run_script(command[0], command[1:], args.preset, args.weave, args.callback,
-                          train_only=args.train_only)
+                          train_only=args.train_only, only=args.only)
     if args.command == "demo":
         return _demo(demo, args)
     from ._bench import main as bench_main

@@ -32,7 +32,9 @@ has been applied (before the script runs, or when the script has defined the
 last of its own targets); a value naming the script's own object
 (``BestCheckpoint(..., model="__main__:model")``) is looked up when first needed.
 ``--train-only EVENT``: the function woven as EVENT fires callbacks only while
-gradients are enabled (an evaluation under ``torch.no_grad()`` calls it plain).
+gradients are enabled (an evaluation under ``torch.no_grad()`` calls it plain);
+``--only 'EVENT: CONDITION'`` only when CONDITION, an expression of the call's
+arguments and the script's globals, is true (``'evaluate: data_source is val_data'``).
 A ``StopTraining`` a callback raises ends the script: a line saying why on stderr,
 exit status 0. Callbacks with a ``summary()`` (``StepTimer``, ``Throughput``)
 print it at the end. Bad input exits with status 2 and a message naming it
@@ -53,6 +55,7 @@ from dataclasses import dataclass, field
 from types import CodeType, ModuleType, TracebackType
 from typing import Any, Sequence
 
+from ._callback import Callback
 from ._lifecycle import boundary
 from .errors import HookError, StopTraining, UnknownEventError, closest
 
@@ -122,6 +125,9 @@ class Runner:
     weaves: list[WeaveTarget] = field(default_factory=list)
     callback_exprs: list[str] = field(default_factory=list)
     train_only: list[str] = field(default_factory=list)  # events whose woven functions fire only with grad on
+    only: list[str] = field(default_factory=list)  # "EVENT: EXPR": a woven function fires when EXPR is true
+    _conditions: dict[str, str] = field(default_factory=dict)  # event -> the EXPR of --only
+    _fired: dict[str, Any] = field(default_factory=dict)  # event -> handle of a once-callback; popped when fired
     handles: list[Any] = field(default_factory=list)  # weaves and registrations, to remove
     callbacks: list[Any] = field(default_factory=list)
     module: ModuleType | None = None
@@ -132,6 +138,7 @@ class Runner:
     _script_handles: dict[str, list[Any]] = field(default_factory=dict)
     _woven: dict[str, Any] = field(default_factory=dict)
     _registered = False
+    _attached: list[Any] = field(default_factory=list)  # the callbacks registered (their summaries are said)
 
     # --- before the script -------------------------------------------------------
 
@@ -149,12 +156,26 @@ class Runner:
             if target.in_script:
                 self._pending_script.setdefault(target.top_name, []).append(target)
         woven_events = {target.event or target.attr for target in self.weaves}
-        for event in self.train_only:
-            if event not in woven_events:
-                raise BadInput(
-                    f"{PROG}: --train-only {event!r}: no --weave makes a join point {event!r}."
-                    f"{closest(event, sorted(woven_events))} It applies to a function woven here "
-                    f"(--weave {event}=MODULE:FUNCTION --train-only {event}).")
+        for spec in self.only:
+            event, colon, condition = spec.partition(":")
+            event, condition = event.strip(), condition.strip()
+            if not colon or not event or not condition:
+                raise BadInput(f"{PROG}: --only {spec!r}: write EVENT: CONDITION, a Python expression of the "
+                               f"woven function's arguments and the script's globals "
+                               f"(--only 'evaluate: data_source is val_data').")
+            try:
+                compile(condition, f"--only {spec}", "eval")
+            except SyntaxError as exc:
+                raise BadInput(f"{PROG}: --only {spec!r}: the condition is not a Python expression ({exc.msg}).") \
+                    from None
+            self._conditions[event] = condition
+        for option, events in (("--train-only", self.train_only), ("--only", list(self._conditions))):
+            for event in events:
+                if event not in woven_events:
+                    raise BadInput(
+                        f"{PROG}: {option} {event!r}: no --weave makes a join point {event!r}."
+                        f"{closest(event, sorted(woven_events))} It applies to a function woven here "
+                        f"(--weave {event}=MODULE:FUNCTION {option} {event}...).")
         positions = _last_bindings(tree, set(self._pending_script))
         missing = sorted(set(self._pending_script) - set(positions))
         if missing:
@@ -251,8 +272,9 @@ class Runner:
         except HookError as exc:
             raise BadInput(f"{PROG}: --weave {target.spec!r}: {exc}") from None
         self.handles.append(handle)
-        if (target.event or target.attr) in self.train_only:
-            self.handles.append(_TrainOnly(target, container))
+        event = target.event or target.attr
+        if event in self.train_only or event in self._conditions:
+            self.handles.append(_Gate(target, container, event in self.train_only, self._conditions.get(event)))
 
     def _evaluate(self, expr: Any) -> Any:
         import hookwrap
@@ -301,16 +323,23 @@ class Runner:
         from ._callback import register_global_callback
 
         self._registered = True
+        for target in self.weaves:  # a join point the script never calls is said at the end
+            event = target.event or target.attr
+            if event not in self._fired:
+                mark = _Fired(event, self._fired)
+                self._fired[event] = (target.spec, register_global_callback(mark, once=True))
         for expr, cb in zip(self.callback_exprs, self.callbacks):
             try:
                 self.handles.append(register_global_callback(cb))
             except UnknownEventError as exc:
-                raise BadInput(
-                    f"{PROG}: --callback {expr!r}: {exc} Make the join points it needs with "
-                    f"--weave EVENT=MODULE:ATTR or --preset torch_optim."
-                ) from None
+                fix = ("--preset torch_optim names each optimizer's step 'step': pass event='step' (and "
+                       "step_event=None, or a step of the script's own)" if "torch_optim" in
+                       {p.replace("-", "_") for p in self.presets} and "optimizer_step" in str(exc)
+                       else "Make the join points it needs with --weave EVENT=MODULE:ATTR or --preset torch_optim")
+                raise BadInput(f"{PROG}: --callback {expr!r}: {exc} {fix}.") from None
             except HookError as exc:
                 raise BadInput(f"{PROG}: --callback {expr!r}: {exc}") from None
+            self._attached.append(cb)
 
     # --- while the script runs ---------------------------------------------------
 
@@ -356,34 +385,72 @@ class Runner:
         self.handles.clear()
 
     def summary(self) -> list[str]:
-        """A line for each callback that reports what it measured (``summary()``:
-        StepTimer, Throughput), printed to stderr when the script ends."""
-        return [f"{PROG}: {cb.summary()}" for cb in self.callbacks if callable(getattr(cb, "summary", None))]
+        """A line for each callback registered that reports what it measured
+        (``summary()``: StepTimer, Throughput), and one for each woven join point the
+        script never called (its callbacks never ran), printed to stderr at the end."""
+        lines = [f"{PROG}: {cb.summary()}" for cb in self._attached if callable(getattr(cb, "summary", None))]
+        for event, (spec, handle) in self._fired.items():
+            handle.remove()
+            if self._attached:
+                lines.append(f"{PROG}: --weave {spec!r}: join point {event!r} never fired, so no callback ran "
+                             f"on it: the script never called it (it may call another function: nll_loss "
+                             f"where cross_entropy was woven, or skip it on this run).")
+        self._fired.clear()
+        return lines
 
 
-class _TrainOnly:
-    """``--train-only EVENT``: the woven function's attribute becomes a gate that calls
-    the join point while gradients are enabled (training) and the original function
-    otherwise (an evaluation under ``torch.no_grad()``); ``remove()`` puts the join
-    point back (before its weave is removed)."""
+class _Fired(Callback):
+    """Notes that join point ``event`` fired once (registered with ``once=True``: no
+    cost after): ``fired`` then drops it from the runner's list of those to report."""
 
-    def __init__(self, target: WeaveTarget, container: Any) -> None:
+    def __init__(self, event: str, waiting: dict[str, Any]) -> None:
+        self.event, self.waiting = event, waiting
+
+    def event_methods(self, target: Any) -> list[tuple[str, Any]]:
+        from .extend import reader
+
+        return [(f"post-{self.event}", reader(self.fired, "post-"))]
+
+    def fired(self, obj: Any) -> None:
+        self.waiting.pop(self.event, None)
+
+
+class _Gate:
+    """``--train-only EVENT`` / ``--only 'EVENT: CONDITION'``: the woven function's
+    attribute becomes a gate that calls the join point when the call counts (gradients
+    enabled: training, not an evaluation under ``torch.no_grad()``; ``CONDITION``
+    true, evaluated with the call's arguments by name and the script's globals) and
+    the original function otherwise. ``remove()`` puts the join point back (before
+    its weave is removed)."""
+
+    def __init__(self, target: WeaveTarget, container: Any, train_only: bool, condition: str | None) -> None:
         import functools
+        import inspect
 
-        joint = getattr(container, target.attr)
+        event = target.event or target.attr
         if isinstance(container, type):
-            raise BadInput(f"{PROG}: --train-only {target.event or target.attr!r}: {target.spec!r} is a method; "
-                           f"--train-only gates functions (a method's object tells training apart itself).")
-        try:
-            import torch
-        except ImportError:
-            raise BadInput(f"{PROG}: --train-only needs torch (it reads torch.is_grad_enabled()).") from None
+            raise BadInput(f"{PROG}: --train-only/--only {event!r}: {target.spec!r} is a method; they gate "
+                           f"functions (a method's object tells training apart itself).")
+        is_grad_enabled: Any = None
+        if train_only:
+            try:
+                import torch
+            except ImportError:
+                raise BadInput(f"{PROG}: --train-only needs torch (it reads torch.is_grad_enabled()).") from None
+            is_grad_enabled = torch.is_grad_enabled
+        joint = getattr(container, target.attr)
         original = joint.__wrapped__
-        is_grad_enabled = torch.is_grad_enabled
+        code = compile(condition, f"--only {event}: {condition}", "eval") if condition else None
+        signature = inspect.signature(original) if code is not None else None
+        modules = sys.modules  # "__main__" is the script's only once it runs
 
         @functools.wraps(joint)
         def gate(*args: Any, **kwargs: Any) -> Any:
-            return joint(*args, **kwargs) if is_grad_enabled() else original(*args, **kwargs)
+            counts = is_grad_enabled is None or is_grad_enabled()
+            if counts and code is not None:
+                names = signature.bind(*args, **kwargs).arguments  # type: ignore[union-attr]
+                counts = bool(eval(code, vars(modules["__main__"]), names))  # noqa: S307 - the user's own
+            return joint(*args, **kwargs) if counts else original(*args, **kwargs)
 
         self.container, self.attr, self.joint = container, target.attr, joint
         setattr(container, target.attr, gate)
@@ -596,14 +663,15 @@ def _script_traceback(tb: TracebackType | None) -> TracebackType | None:
 
 
 def run(script: str, args: Sequence[str] = (), presets: Sequence[str] = (), weaves: Sequence[str] = (),
-        callbacks: Sequence[Any] = (), train_only: Sequence[str] = ()) -> int:
+        callbacks: Sequence[Any] = (), train_only: Sequence[str] = (), only: Sequence[str] = ()) -> int:
     """Run ``script`` with ``args`` as ``python script.py args`` would, with the presets,
     weaves and callbacks applied, then undo them all; returns the exit status (the
     script's ``sys.exit`` code; 1 after printing an uncaught exception; 2 for bad
     input, printed to stderr). ``callbacks`` are ``--callback`` expressions, or
     callback objects (``Callback`` instances, ``("event", fn)`` pairs). ``train_only``:
-    events of woven functions whose calls fire callbacks only with gradients enabled."""
-    runner = Runner(script, list(args), list(presets), [], list(callbacks), list(train_only))
+    events of woven functions whose calls fire callbacks only with gradients enabled;
+    ``only``: ``"EVENT: CONDITION"``, those that fire only when the condition holds."""
+    runner = Runner(script, list(args), list(presets), [], list(callbacks), list(train_only), list(only))
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     saved_main = sys.modules.get("__main__")
     _active.append(runner)

@@ -48,10 +48,14 @@ class Source(NamedTuple):
         try:
             return value[self.key]
         except (KeyError, IndexError, TypeError):
-            keys = ", ".join(map(repr, value)) if isinstance(value, Mapping) else type(value).__name__
+            if isinstance(value, Mapping):
+                raise HookError(
+                    f"{where}: {self.event} returned {', '.join(map(repr, value))}, with no {self.key!r}. "
+                    f"Return it from the join point, or monitor one of those."
+                ) from None
             raise HookError(
-                f"{where}: {self.event} returned {keys}, with no {self.key!r}. Return it from "
-                f"the join point, or monitor one of those."
+                f"{where}: {self.event} returned a {type(value).__name__}, not a mapping holding {self.key!r}: "
+                f"monitor='return_value' reads the value itself."
             ) from None
 
 
@@ -168,8 +172,9 @@ class ShippedCallback(Callback):
         if not jp.has_object:
             raise CallbackSignatureError(
                 f"{self.where}: {jp.where} has no argument {setting!r} to read the {what} from, "
-                f"and no object with such an attribute. Pass {what}= the {what} itself, or the "
-                f"name of the argument that carries it."
+                f"and no object with such an attribute. Pass {what}= the {what} itself, the "
+                f"name of the argument that carries it, or a global of the script that makes it, "
+                f"{what}='__main__:{setting}' (looked up when first needed)."
             )
         return reader(self._from_attribute, event, None, (handler_name, setting, what, *extra))
 
@@ -368,7 +373,8 @@ def from_object(obj: Any, value: Any, what: str, where: str) -> Any:
     if obj is None:
         raise HookError(
             f"{where}: the join point is a function, with no object to read the {what} from "
-            f"as attribute {value!r}. Pass {what}= the {what} itself."
+            f"as attribute {value!r}. Pass {what}= the {what} itself, or a global of the script "
+            f"that makes it, {what}='__main__:{value}' (looked up when first needed)."
         )
     try:
         return getattr(obj, value)
