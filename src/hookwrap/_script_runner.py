@@ -127,7 +127,7 @@ class Runner:
     train_only: list[str] = field(default_factory=list)  # events whose woven functions fire only with grad on
     only: list[str] = field(default_factory=list)  # "EVENT: EXPR": a woven function fires when EXPR is true
     _conditions: dict[str, str] = field(default_factory=dict)  # event -> the EXPR of --only
-    _fired: dict[str, Any] = field(default_factory=dict)  # event -> handle of a once-callback; popped when fired
+    _fired: dict[str, str] = field(default_factory=dict)  # event -> its --weave, until it fires
     handles: list[Any] = field(default_factory=list)  # weaves and registrations, to remove
     callbacks: list[Any] = field(default_factory=list)
     module: ModuleType | None = None
@@ -326,8 +326,9 @@ class Runner:
         for target in self.weaves:  # a join point the script never calls is said at the end
             event = target.event or target.attr
             if event not in self._fired:
-                mark = _Fired(event, self._fired)
-                self._fired[event] = (target.spec, register_global_callback(mark, once=True))
+                handle = register_global_callback(_Fired(event, self._fired), once=True)
+                self.handles.append(handle)  # removed with the rest, however the run ends
+                self._fired[event] = target.spec
         for expr, cb in zip(self.callback_exprs, self.callbacks):
             try:
                 self.handles.append(register_global_callback(cb))
@@ -389,8 +390,7 @@ class Runner:
         (``summary()``: StepTimer, Throughput), and one for each woven join point the
         script never called (its callbacks never ran), printed to stderr at the end."""
         lines = [f"{PROG}: {cb.summary()}" for cb in self._attached if callable(getattr(cb, "summary", None))]
-        for event, (spec, handle) in self._fired.items():
-            handle.remove()
+        for event, spec in self._fired.items():
             if self._attached:
                 lines.append(f"{PROG}: --weave {spec!r}: join point {event!r} never fired, so no callback ran "
                              f"on it: the script never called it (it may call another function: nll_loss "
