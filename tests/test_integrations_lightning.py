@@ -329,3 +329,31 @@ def test_early_stopping_decides_as_lightning_early_stopping(hw, preset, min_delt
         ours = fit([], [EarlyStopping("val_loss", patience=2, min_delta=min_delta)])
     assert (ours.current_epoch, ours.global_step) == (theirs.current_epoch, theirs.global_step)
     assert theirs.current_epoch < 60
+
+
+def test_manual_optimization_never_runs_an_optimizer_step_override(hw, preset):
+    """Lightning never calls optimizer_step in manual optimization; routing opt.step()
+    through the event must not call the module's override (woven, callbacks or none)."""
+
+    class Overriding(ManualModule):
+        calls = 0
+
+        def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
+            type(self).calls += 1
+            for group in self.optimizers().param_groups:
+                group["lr"] = 0.0
+
+    def changed(woven: bool) -> bool:
+        module = Overriding(lr=0.5)
+        before = weights(module)
+        if woven:
+            steps: list[int] = []
+            hw.after(module, "optimizer_step", lambda self: steps.append(1))
+        trainer(epochs=1).fit(module, loader())
+        if woven:
+            assert len(steps) == 4
+        return not torch.equal(weights(module), before)
+
+    assert changed(woven=False) and Overriding.calls == 0
+    with preset.weave(Overriding):
+        assert changed(woven=True) and Overriding.calls == 0

@@ -314,4 +314,6 @@ def test_grad_accumulation_is_refused_naming_hf_own(hw, preset, tmp_path):
         trainer = tiny_trainer(tmp_path, gradient_accumulation_steps=2)
         with pytest.raises(hw.HookError, match=r"accumulates gradients itself.*gradient_accumulation_steps=N"):
             hw.add_callback(trainer, GradAccumulation(2))
+        with pytest.raises(hw.HookError, match=r"accumulates gradients itself.*gradient_accumulation_steps=N"):
+            hw.register_global_callback(GradAccumulation(2))  # the global tier, as hookwrap run registers
     assert not hasattr(hf.Trainer, "__hookwrap_accumulation__")  # removed with the preset

@@ -41,7 +41,7 @@ from .. import load_callback_state
 from ..extend import Removable, is_join_point, stateful_callbacks, weave_only
 from ..errors import HookError, StopTraining
 
-__all__ = ["PresetHandle", "current_run", "patch", "resume_callbacks", "routed", "running", "stage",
+__all__ = ["ACCUMULATES", "PresetHandle", "accumulates", "current_run", "patch", "resume_callbacks", "routed", "running", "stage",
            "stop_while_running", "target_class"]
 
 _STARTED, _DONE, _NOTHING = object(), object(), object()
@@ -203,7 +203,8 @@ class _Layer:
 
 
 def _body(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Runs ``fn``; notes in the outer wrapper's slot that it started and what it returned."""
+    """Runs ``fn`` (or, once, what ``instead`` put for this body); notes in the outer
+    wrapper's slot that it started and what it returned."""
 
     @functools.wraps(fn)
     def body(*args: Any, **kwargs: Any) -> Any:
@@ -211,12 +212,32 @@ def _body(fn: Callable[..., Any]) -> Callable[..., Any]:
         slot = slots[-1] if slots and slots[-1][0] is body else None
         if slot is not None:
             slot[1] = _STARTED
-        result = fn(*args, **kwargs)
+        substitutes = getattr(_local, "instead", None)
+        if substitutes and substitutes[-1][0] is body:
+            result = substitutes.pop()[1]()
+        else:
+            result = fn(*args, **kwargs)
         if slot is not None:
             slot[1], slot[2] = _DONE, result
         return result
 
     return body
+
+
+def instead(body: Callable[..., Any], run: Callable[[], Any]) -> list[Any]:
+    """The next call of stage ``body`` in this thread runs ``run()`` in place of the
+    method it wraps, its callbacks around it as ever: an update that reaches the
+    framework elsewhere (Lightning's manual ``opt.step()``) fires the event without
+    running the method. Returns the entry; ``done(entry)`` drops it if never used."""
+    entry = [body, run]
+    _stack("instead").append(entry)
+    return entry
+
+
+def done(entry: list[Any]) -> None:
+    stack = _stack("instead")
+    if stack and stack[-1] is entry:
+        stack.pop()
 
 
 def stage(handle: PresetHandle, cls: type, event: str, attr: str, *,
@@ -356,6 +377,18 @@ def target_class(given: Any, base: type, where: str, what: str) -> type:
         )
     return cls
 
+
+
+ACCUMULATES = "__hookwrap_accumulation__"  # hookwrap.torch's GradAccumulation reads it
+
+
+def accumulates(handle: PresetHandle, cls: type, optimizer_step: Callable[..., Any], how: str) -> None:
+    """Say that the framework accumulates gradients itself (``how``: its setting): on
+    the class (callbacks attached to it or its objects) and on the body of its
+    ``optimizer_step`` join point (the global tier, ``hookwrap run``), where
+    ``GradAccumulation`` reads it and refuses, naming ``how``."""
+    _set(handle, cls, ACCUMULATES, how)
+    setattr(optimizer_step, ACCUMULATES, how)
 
 
 def patch(handle: PresetHandle, cls: type, attr: str, make: Callable[[Any, _Layer], Callable[..., Any]]) -> None:

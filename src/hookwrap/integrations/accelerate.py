@@ -44,7 +44,7 @@ import weakref
 from typing import Any
 
 from ..errors import HookError, StopTraining
-from ._weaving import PresetHandle, _raw, _set, routed, stage, target_class
+from ._weaving import PresetHandle, _raw, _set, accumulates, routed, stage, target_class
 
 __all__ = ["weave"]
 
@@ -86,8 +86,8 @@ def weave(accelerator: Any = None, *, stop: str = "raise") -> PresetHandle:
 
     options: dict[str, Any] = {"stop": trigger} if stop == "trigger" else {}
     with handle.building():
-        _set(handle, cls, "__hookwrap_accumulation__", ACCUMULATION)  # GradAccumulation refuses, naming it
         _set(handle, cls, "prepare_optimizer", prepare)
         stage(handle, cls, "backward", "backward", **options)
-        routed(handle, cls, "optimizer_step", AcceleratedOptimizer, "step", optimizer_owner, **options)
+        optimizer_step = routed(handle, cls, "optimizer_step", AcceleratedOptimizer, "step", optimizer_owner, **options)
+        accumulates(handle, cls, optimizer_step, ACCUMULATION)  # GradAccumulation refuses, naming it
     return handle

@@ -91,7 +91,7 @@ from typing import Any
 from .. import Callback, add_callback, callback_state, describe, emit, load_callback_state
 from ..errors import HookError, HookwrapWarning, StopTraining
 from ..extend import Defers, Ending, stateful_callbacks
-from ._weaving import PresetHandle, _raw, _set, routed, stage, target_class
+from ._weaving import PresetHandle, _raw, _set, accumulates, routed, stage, target_class
 
 __all__ = ["CHECKPOINT_KEY", "HOOKS", "should_stop", "weave"]
 
@@ -289,7 +289,6 @@ def weave(fabric: Any = None, *, stop: str = "raise", hooks: tuple[str, ...] = (
     hookwrap_backward.__signature__ = inspect.signature(hookwrap_backward)  # type: ignore[attr-defined]
 
     with handle.building():
-        _set(handle, cls, "__hookwrap_accumulation__", ACCUMULATION)  # GradAccumulation refuses, naming it
         _set(handle, cls, "emits", tuple(sorted(names)))  # fabric.call's hooks: custom events of the fabric
         for name, method in methods.items():
             _set(handle, cls, name, method)
@@ -301,7 +300,8 @@ def weave(fabric: Any = None, *, stop: str = "raise", hooks: tuple[str, ...] = (
         _set(handle, cls, "save", save_)
         _set(handle, cls, "load", load_)
         stage(handle, cls, "backward", "hookwrap_backward", **options)
-        routed(handle, cls, "optimizer_step", _FabricOptimizer, "step", optimizer_owner, **options)
+        optimizer_step = routed(handle, cls, "optimizer_step", _FabricOptimizer, "step", optimizer_owner, **options)
+        accumulates(handle, cls, optimizer_step, ACCUMULATION)  # GradAccumulation refuses, naming it
         stage(handle, cls, "step", "hookwrap_step", **options)
         stage(handle, cls, "loss", "hookwrap_loss", **options)
         stage(handle, cls, "evaluate", "hookwrap_evaluate", **options)

@@ -56,8 +56,8 @@ from typing import Any
 
 from ..errors import HookError
 from .. import callback_state
-from ._weaving import (PresetHandle, _Layer, _raw, _set, patch, resume_callbacks, routed, stage, stop_while_running,
-                       target_class)
+from ._weaving import (PresetHandle, _Layer, _raw, _set, accumulates, done, instead, patch, resume_callbacks, routed,
+                       stage, stop_while_running, target_class)
 
 __all__ = ["weave"]
 
@@ -114,15 +114,15 @@ def weave(module: Any = None) -> PresetHandle:
             f"returning `loss`, the argument of self.manual_backward).")
 
     with handle.building():
-        _set(handle, cls, "__hookwrap_accumulation__", ACCUMULATION)  # GradAccumulation refuses, naming it
         routed(handle, cls, "fit", _FitLoop, "run", owner, fit=True)
         routed(handle, cls, "epoch", _TrainingEpochLoop, "run", owner, stop=stop)
         routed(handle, cls, "step", _TrainingEpochLoop, "advance", owner, stop=stop)
         stage(handle, cls, "loss", "training_step", stop=stop, changed=loss_changed)
         stage(handle, cls, "backward", "backward", stop=stop)
-        stage(handle, cls, "optimizer_step", "optimizer_step", stop=stop)
+        optimizer_step = stage(handle, cls, "optimizer_step", "optimizer_step", stop=stop)
+        accumulates(handle, cls, optimizer_step, ACCUMULATION)  # GradAccumulation refuses, naming it
         routed(handle, cls, "evaluate", _EvaluationLoop, "run", evaluated, returns=metrics, stop=stop)
-        _route_manual_steps(handle, cls, LightningOptimizer, where)
+        _route_manual_steps(handle, cls, LightningOptimizer, optimizer_step, where)
         _route_logs(handle, cls, _LoggerConnector, where, stop)
         _checkpoint_callbacks(handle, cls, _CheckpointConnector)
     return handle
@@ -193,33 +193,31 @@ def _route_logs(handle: PresetHandle, cls: Any, connector_cls: type, where: str,
     handle.events["log"] = f"{connector_cls.__qualname__}.log_metrics"
 
 
-def _route_manual_steps(handle: PresetHandle, cls: Any, optimizer_cls: type, where: str) -> None:
+def _route_manual_steps(handle: PresetHandle, cls: Any, optimizer_cls: type, optimizer_step: Any,
+                        where: str) -> None:
     """In manual optimization, ``opt.step()`` of a ``LightningOptimizer`` is an update
     Lightning counts (``global_step``) but never passes through the module's
-    ``optimizer_step``: route it there, so the event is the same update in both modes.
-    The module's ``optimizer_step`` (Lightning's, unless yours overrides it) then calls
-    ``opt.step(closure=...)``, which goes to the optimizer itself; what it returns (the
-    closure's output) is what ``opt.step()`` returns."""
+    ``optimizer_step``: it is made that join point's call (its callbacks around it),
+    the step itself in place of the method, which never runs (Lightning would not
+    call it, and yours may do other things). What ``opt.step()`` returns (the
+    closure's output) is what the event returns."""
     original = _raw(optimizer_cls, "step", where)
     layer = _Layer(optimizer_cls, "step", original)
-    local = threading.local()  # .inner: [what the inner step returned], while one is routed
+    local = threading.local()  # .routing: an opt.step() being routed (a stop may run the method plainly)
 
     def step(self: Any, closure: Any = None, **kwargs: Any) -> Any:
-        inner = getattr(local, "inner", None)
         strategy = getattr(self, "_strategy", None)
         module = getattr(strategy, "lightning_module", None)
-        if inner is not None or layer.removed or kwargs or not isinstance(module, cls) \
+        if getattr(local, "routing", False) or layer.removed or not isinstance(module, cls) \
                 or module.automatic_optimization or not module.trainer.training:
-            result = original(self, closure, **kwargs)
-            if inner is not None:
-                inner.append(result)
-            return result
-        trainer, local.inner = module.trainer, []
+            return original(self, closure, **kwargs)
+        trainer, local.routing = module.trainer, True
+        entry = instead(optimizer_step, lambda: original(self, closure, **kwargs))
         try:
-            module.optimizer_step(trainer.current_epoch, trainer.fit_loop.epoch_loop.batch_idx, self, closure)
-            return local.inner[0] if local.inner else None
+            return module.optimizer_step(trainer.current_epoch, trainer.fit_loop.epoch_loop.batch_idx, self, closure)
         finally:
-            local.inner = None
+            done(entry)
+            local.routing = False
 
     step.__wrapped__ = original  # type: ignore[attr-defined]
     layer.put(handle, step)

@@ -44,8 +44,8 @@ from typing import Any
 import os
 
 from .. import callback_state
-from ._weaving import (PresetHandle, _Layer, _raw, _set, current_run, patch, resume_callbacks, routed, stage,
-                       stop_while_running, target_class)
+from ._weaving import (PresetHandle, _Layer, _raw, _set, accumulates, current_run, patch, resume_callbacks, routed,
+                       stage, stop_while_running, target_class)
 
 __all__ = ["weave"]
 
@@ -78,13 +78,13 @@ def weave(trainer: Any = None) -> PresetHandle:
         return run if run is not None and getattr(run, "optimizer", None) is optimizer else None
 
     with handle.building():
-        _set(handle, cls, "__hookwrap_accumulation__", ACCUMULATION)  # GradAccumulation refuses, naming it
         stage(handle, cls, "fit", "train", fit=True)
         stage(handle, cls, "epoch", "_run_epoch", stop=stop)
         step = stage(handle, cls, "step", "training_step", stop=stop)
         stage(handle, cls, "loss", "compute_loss", stop=stop, within=step)
         routed(handle, cls, "backward", Accelerator, "backward", accelerator_owner, stop=stop)
-        routed(handle, cls, "optimizer_step", AcceleratedOptimizer, "step", optimizer_owner, stop=stop)
+        optimizer_step = routed(handle, cls, "optimizer_step", AcceleratedOptimizer, "step", optimizer_owner, stop=stop)
+        accumulates(handle, cls, optimizer_step, ACCUMULATION)  # GradAccumulation refuses, naming it
         stage(handle, cls, "evaluate", "evaluate", stop=stop)
         _route_logs(handle, cls, stop)
         _checkpoint_callbacks(handle, cls)

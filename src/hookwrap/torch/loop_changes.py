@@ -51,8 +51,9 @@ class GradClip(ShippedCallback):
         torch.nn.utils.clip_grad_norm_(model.parameters(), self.max_norm, self.norm_type)
 
 
-# A class attribute a preset sets on the framework's class it weaves: how to accumulate
-# there (the framework's own setting), which GradAccumulation names when it refuses.
+# What a preset sets on the framework's class it weaves and on its optimizer_step join
+# point's function: how to accumulate there (the framework's own setting), which
+# GradAccumulation names when it refuses.
 ACCUMULATES = "__hookwrap_accumulation__"
 
 
@@ -116,9 +117,12 @@ class GradAccumulation(ShippedCallback):
 
     def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
         own = getattr(target, ACCUMULATES, None)
+        for jp in join_points(target, self.event, where=self.where) if own is None else ():
+            own = own or getattr(jp.function, ACCUMULATES, None)  # the global tier: hookwrap run
         if own is not None:
             raise HookError(
-                f"GradAccumulation: {target.__qualname__} accumulates gradients itself, and zeroes them "
+                f"GradAccumulation: {getattr(target, '__qualname__', 'the framework')} accumulates gradients "
+                f"itself, and zeroes them "
                 f"outside its optimizer step: skipping that step here would throw the gradients away (or, "
                 f"with its own accumulation on, accumulate twice). Use the framework's: {own}.")
         join_points(target, self.event, where=self.where)
