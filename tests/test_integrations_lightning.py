@@ -229,9 +229,11 @@ def test_validate_test_and_predict_outside_fit_are_no_evaluations(hw, preset, tm
         evaluations = []
         hw.after(module, "evaluate", lambda self: evaluations.append(1))
         run = trainer(epochs=2)
-        run.fit(module, loader(), loader())
+        with pytest.warns(hw.HookwrapWarning, match="logged no training values in this run"):
+            run.fit(module, loader(), loader())  # training_step logs nothing of its own: said, not silent
         run.validate(module, loader())
         run.test(module, loader())
+        assert "test_loss" in {name for _, name, _ in logger.csv.read()}  # outside fit: sent at once
         predictions = run.predict(module, loader())
         assert len(evaluations) == 2 and len(predictions) == 4
         assert stopping.best.value is not None
@@ -357,3 +359,16 @@ def test_manual_optimization_never_runs_an_optimizer_step_override(hw, preset):
     assert changed(woven=False) and Overriding.calls == 0
     with preset.weave(Overriding):
         assert changed(woven=True) and Overriding.calls == 0
+
+
+def test_resume_from_a_checkpoint_without_hookwrap_state_says_so(hw, preset, tmp_path):
+    from hookwrap.torch import EarlyStopping
+
+    run = trainer(epochs=1)
+    run.fit(Module(lr=0.0), loader(), loader())  # not woven: its checkpoint has no hookwrap state
+    run.save_checkpoint(tmp_path / "plain.ckpt")
+    with preset.weave(Module):
+        module = Module(lr=0.0)
+        hw.add_callback(module, EarlyStopping("val_loss", patience=2))
+        with pytest.warns(hw.HookwrapWarning, match=r"holds no hookwrap callback state: 'EarlyStopping"):
+            trainer(epochs=2).fit(module, loader(), loader(), ckpt_path=tmp_path / "plain.ckpt")

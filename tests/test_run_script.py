@@ -649,3 +649,16 @@ def test_messages_name_what_a_command_line_user_can_type(hw, tmp_path):
     assert "model='__main__:model'" in result.stderr
     result = _hookwrap_run(hw, "--preset", "torch_optim", "--callback", "LRMonitor()", "train.py", cwd=tmp_path)
     assert result.returncode == 2 and "pass event='step'" in result.stderr
+
+
+def test_only_names_arguments_left_to_their_defaults(hw, tmp_path):
+    script = WITH_TEST_SET.replace("def evaluate(data_source):", "def evaluate(data_source=val_data):").replace(
+        "evaluate(val_data)", "evaluate()")
+    (tmp_path / "train.py").write_text(script)
+    result = _hookwrap_run(hw, "--weave", "evaluate=__main__:evaluate", "--only", "evaluate: data_source is val_data",
+                           "--callback", "EarlyStopping('return_value', patience=2)", "train.py", cwd=tmp_path)
+    assert result.returncode == 0 and "test " in result.stdout and "stopped" not in result.stderr, result.stderr
+    result = _hookwrap_run(hw, "--weave", "evaluate=__main__:evaluate", "--only", "evaluate: data is val_data",
+                           "train.py", cwd=tmp_path)
+    assert result.returncode == 1 and "--only 'evaluate: data is val_data' failed on this call: NameError" \
+        in result.stderr and "(data_source)" in result.stderr

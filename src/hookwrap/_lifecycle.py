@@ -127,6 +127,12 @@ class Defers:
         when nothing that could be lost is."""
         return ""
 
+    def in_boundary(self, obj: Any) -> bool:
+        """Is a boundary of this callback open on ``obj`` in this thread (its run, or
+        its outermost call, still running; or a ``hookwrap run`` script)? Where none
+        is, what arrives now has no end that will deliver it: deliver it at once."""
+        return bool(getattr(self, "_depth", {}).get((get_ident(), id(obj)))) or bool(_script_depth)
+
     # --- the boundaries -------------------------------------------------------------
 
     def with_boundaries(self, target: Any, pairs: list[tuple[str, Callable[..., Any]]]) \

@@ -448,8 +448,15 @@ class _Gate:
         def gate(*args: Any, **kwargs: Any) -> Any:
             counts = is_grad_enabled is None or is_grad_enabled()
             if counts and code is not None:
-                names = signature.bind(*args, **kwargs).arguments  # type: ignore[union-attr]
-                counts = bool(eval(code, vars(modules["__main__"]), names))  # noqa: S307 - the user's own
+                bound = signature.bind(*args, **kwargs)  # type: ignore[union-attr]
+                bound.apply_defaults()  # an argument left to its default is named too
+                try:
+                    counts = bool(eval(code, vars(modules["__main__"]), bound.arguments))  # noqa: S307
+                except Exception as exc:
+                    raise HookError(f"{PROG}: --only '{event}: {condition}' failed on this call: "
+                                    f"{type(exc).__name__}: {exc}. Write a condition of the arguments of "
+                                    f"{target.spec} ({', '.join(bound.arguments)}) and the script's globals.") \
+                        from exc
             return joint(*args, **kwargs) if counts else original(*args, **kwargs)
 
         self.container, self.attr, self.joint = container, target.attr, joint

@@ -41,7 +41,8 @@ from .. import load_callback_state
 from ..extend import Removable, is_join_point, stateful_callbacks, weave_only
 from ..errors import HookError, StopTraining
 
-__all__ = ["ACCUMULATES", "PresetHandle", "accumulates", "current_run", "patch", "resume_callbacks", "routed", "running", "stage",
+__all__ = ["ACCUMULATES", "PresetHandle", "accumulates", "current_run", "patch", "resume_callbacks",
+           "resume_without_state", "routed", "running", "stage",
            "stop_while_running", "target_class"]
 
 _STARTED, _DONE, _NOTHING = object(), object(), object()
@@ -399,6 +400,21 @@ def patch(handle: PresetHandle, cls: type, attr: str, make: Callable[[Any, _Laye
     layer = _Layer(cls, attr, original)
     replacement = functools.wraps(original)(make(original, layer))
     layer.put(handle, replacement)
+
+
+def resume_without_state(owner: Any, source: str) -> None:
+    """A resume from a checkpoint that carries no hookwrap state (written before the
+    preset was woven, or by another tool): stateful callbacks attached start afresh,
+    which is said, not done silently."""
+    import warnings
+
+    from ..errors import HookwrapWarning
+
+    attached = sorted(stateful_callbacks(owner))
+    if attached:
+        warnings.warn(f"hookwrap: resuming {type(owner).__qualname__} from {source}, which holds no hookwrap "
+                      f"callback state: {', '.join(map(repr, attached))} start afresh (the checkpoint was "
+                      f"written without the preset woven).", HookwrapWarning, stacklevel=3)
 
 
 def resume_callbacks(owner: Any, state: Any, source: str) -> None:

@@ -56,8 +56,8 @@ from typing import Any
 
 from ..errors import HookError
 from .. import callback_state
-from ._weaving import (PresetHandle, _Layer, _raw, _set, accumulates, done, instead, patch, resume_callbacks, routed,
-                       stage, stop_while_running, target_class)
+from ._weaving import (PresetHandle, _Layer, _raw, _set, accumulates, done, instead, patch, resume_callbacks,
+                       resume_without_state, routed, stage, stop_while_running, target_class)
 
 __all__ = ["weave"]
 
@@ -142,7 +142,9 @@ def _checkpoint_callbacks(handle: PresetHandle, cls: type, connector_cls: type) 
             checkpoint = original(self, *args, **kwargs)
             module = self.trainer.lightning_module
             if not layer.removed and isinstance(module, cls):
-                checkpoint[STATE_KEY] = callback_state(module)
+                state = callback_state(module)  # on every rank: settling may be a collective
+                if state:
+                    checkpoint[STATE_KEY] = state
             return checkpoint
         return dump_checkpoint
 
@@ -150,9 +152,13 @@ def _checkpoint_callbacks(handle: PresetHandle, cls: type, connector_cls: type) 
         def restore_callbacks(self: Any, *args: Any, **kwargs: Any) -> Any:
             result = original(self, *args, **kwargs)
             module, loaded = self.trainer.lightning_module, self._loaded_checkpoint
-            if not layer.removed and isinstance(module, cls) and loaded and STATE_KEY in loaded:
+            if not layer.removed and isinstance(module, cls) and loaded:
                 path = getattr(self, "_ckpt_path", None)
-                resume_callbacks(module, loaded[STATE_KEY], f"the checkpoint {path}" if path else "its checkpoint")
+                source = f"the checkpoint {path}" if path else "its checkpoint"
+                if STATE_KEY in loaded:
+                    resume_callbacks(module, loaded[STATE_KEY], source)
+                else:
+                    resume_without_state(module, source)
             return result
         return restore_callbacks
 

@@ -39,13 +39,13 @@ the class; ``BestCheckpoint`` and ``GradNorm`` read ``trainer.model``, ``LRMonit
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any
 
-import os
-
 from .. import callback_state
-from ._weaving import (PresetHandle, _Layer, _raw, _set, accumulates, current_run, patch, resume_callbacks, routed,
-                       stage, stop_while_running, target_class)
+from ..errors import HookError
+from ._weaving import (PresetHandle, _Layer, _raw, _set, accumulates, current_run, patch, resume_callbacks,
+                       resume_without_state, routed, stage, stop_while_running, target_class)
 
 __all__ = ["weave"]
 
@@ -107,7 +107,12 @@ def _checkpoint_callbacks(handle: PresetHandle, cls: type) -> None:
             if not layer.removed:
                 state = callback_state(self)  # on every rank: settling may be a collective
                 folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
-                if self.args.should_save and os.path.isdir(folder):
+                if state and self.args.should_save:
+                    if not os.path.isdir(folder):
+                        raise HookError(
+                            f"hookwrap.integrations.transformers: {type(self).__qualname__}._save_checkpoint wrote no "
+                            f"folder {folder}, where the callbacks' state goes: save it yourself "
+                            f"(torch.save(hw.callback_state(trainer), ...)), or remove the preset.")
                     torch.save(state, os.path.join(folder, STATE_FILE))
             return result
         return _save_checkpoint
@@ -117,8 +122,11 @@ def _checkpoint_callbacks(handle: PresetHandle, cls: type) -> None:
                                   *args: Any, **kwargs: Any) -> Any:
             result = original(self, max_steps, train_dataloader, resume_from_checkpoint, *args, **kwargs)
             path = None if resume_from_checkpoint is None else os.path.join(resume_from_checkpoint, STATE_FILE)
-            if not layer.removed and path is not None and os.path.isfile(path):
-                resume_callbacks(self, torch.load(path, weights_only=False), path)
+            if not layer.removed and path is not None:
+                if os.path.isfile(path):
+                    resume_callbacks(self, torch.load(path, weights_only=False), path)
+                else:
+                    resume_without_state(self, str(resume_from_checkpoint))
             return result
         return _prepare_for_training
 

@@ -15,6 +15,7 @@ import functools
 import math
 import numbers
 import typing
+import weakref
 from collections.abc import Mapping
 from typing import Any, Callable, NamedTuple
 
@@ -272,6 +273,10 @@ def event_names(events: Any, where: str) -> tuple[str, ...]:
     return tuple(events)
 
 
+# id(logger) -> the MetricsLogger wrapping it (checked_logger), while a callback holds it.
+_wrappers: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+
+
 def checked_logger(logger: Any, where: str) -> Any:
     """``logger`` as the callbacks log into it: ``None``; a ``MetricsLogger`` itself; any
     other object with ``log_metrics(metrics, step)`` (the one logger protocol of
@@ -289,7 +294,12 @@ def checked_logger(logger: Any, where: str) -> Any:
         return logger
     if not isinstance(logger, type) and not isinstance(logger, logging.Logger) \
             and callable(getattr(logger, "log_metrics", None)):
-        return MetricsLogger(loggers=[logger])
+        # One wrapper per logger, whichever callbacks share it: its rows go in step order,
+        # and it is finalized once.
+        wrapper = _wrappers.get(id(logger))
+        if wrapper is None or wrapper.loggers[0] is not logger:
+            wrapper = _wrappers[id(logger)] = MetricsLogger(loggers=[logger])
+        return wrapper
     what = (f"the class {logger.__qualname__}, not an instance" if isinstance(logger, type)
             else "a logging.Logger, which takes messages, not metrics" if isinstance(logger, logging.Logger)
             else f"{logger!r} ({type(logger).__name__}), which has no log_metrics method")
@@ -379,7 +389,7 @@ def from_object(obj: Any, value: Any, what: str, where: str) -> Any:
     try:
         return getattr(obj, value)
     except AttributeError:
-        if _is_a(obj, what):
+        if value == what and _is_a(obj, what):  # the default name only: "ema" is never the model itself
             return obj
         if what == "optimizer" and value == "optimizer" and callable(getattr(obj, "optimizers", None)):
             found = obj.optimizers()  # a LightningModule's, while it trains: one, or a list

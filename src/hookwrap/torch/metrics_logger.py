@@ -11,12 +11,13 @@ import math
 import os
 import time
 import types
+import warnings
 import weakref
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, NoReturn, Protocol
 
-from ..errors import HookError
+from ..errors import HookError, HookwrapWarning
 from ..extend import Defers, Ending, reader, track_deferring
 from ._attach import DefaultEvent, CountingCallback, is_rank_zero, positive_number, to_float, whole_number
 from .distributed import is_distributed
@@ -211,6 +212,8 @@ class MetricsLogger(Defers, CountingCallback):
             raise HookError("MetricsLogger: nothing to log to. Pass path= (a CSV file) and/or loggers=[...] "
                             "(objects with log_metrics(metrics, step), such as Lightning's loggers).")
         self.losses = 0
+        self._training_rows = 0  # framework rows of training (not evaluation) values
+        self._reads_rows = self._warned = False
         self.rows: list[list[Any]] = []  # [step, name, value] not yet sent; value None until read
         self._flush_at = self.max_rows
         if flush_secs is not None:
@@ -235,6 +238,13 @@ class MetricsLogger(Defers, CountingCallback):
         e = {k: v for k, v in self.events.items() if self.wants(target, v)}
         if "log" in e:  # the framework's rows hold its loss and metrics: read again, they would log twice
             e = {k: v for k, v in e.items() if k not in ("loss", "metrics") or not isinstance(v, DefaultEvent)}
+            if self.every != 1 and "loss" not in e:
+                raise HookError(
+                    f"MetricsLogger(every={self.every}): {getattr(target, '__qualname__', 'the target')} logs its "
+                    f"own rows (join point {self.events['log']!r}), which this logger logs as they come: set how "
+                    f"often the framework logs (HF logging_steps, Lightning log_every_n_steps), or pass "
+                    f"loss_event='loss' to log every {self.every}-th loss call.")
+        self._reads_rows = "log" in e
         if not {"loss", "metrics", "epoch", "log"} & set(e):
             raise HookError(
                 f"MetricsLogger: {getattr(target, '__qualname__', 'the target')} has none of the join points it "
@@ -298,13 +308,18 @@ class MetricsLogger(Defers, CountingCallback):
             self.log(str(name), metric)
 
     def record_row(self, obj: Any, row: Any) -> None:
-        """A row the framework logged (join point ``log``): its values at its ``step``."""
+        """A row the framework logged (join point ``log``): its values at its ``step``.
+        One logged outside a run (``trainer.test()`` after ``fit``) is sent at once."""
         step = int(row["step"])
         values = {str(name): value for name, value in row.items() if name != "step"}
         for name, value in values.items():
             self._check_number(name, value, step)
         for name, value in values.items():
             self.log(name, value, step)
+        if not any(name.startswith(("eval", "val", "test")) or name == "train_runtime" for name in values):
+            self._training_rows += 1
+        if not self.in_boundary(obj):
+            self.settle(obj, Ending("outermost"))
 
     def _check_number(self, name: str, value: Any, step: int | None = None) -> None:
         """Refuse, by name, a value that is not one number (ignite's confusion matrix)."""
@@ -339,6 +354,14 @@ class MetricsLogger(Defers, CountingCallback):
         if not is_rank_zero():
             return
         failure = ending.exception if ending.failed else None
+        if ending.run_ended and self._reads_rows and self.step and not self._training_rows and not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"MetricsLogger: {type(obj).__qualname__} logged no training values in this run ({self.step} "
+                f"steps), so this logger, which logs the framework's own rows, has none: set the framework's "
+                f"logging (HF TrainingArguments(logging_steps=...), not logging_strategy='no'; Lightning "
+                f"self.log(...) in training_step, log_every_n_steps), or pass loss_event='loss' to log each "
+                f"loss call.", HookwrapWarning, stacklevel=2)
         if ending.run_ended:
             if failure is None and obj is not None and not is_distributed():
                 # Before a "success": a guard that deferred a decision on this run takes it
