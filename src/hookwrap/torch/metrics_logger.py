@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple, NoReturn, Protocol
 
 from ..errors import HookError, HookwrapWarning
-from ..extend import Defers, Ending, reader, track_deferring
+from ..extend import Defers, Ending, has_join_point, reader, track_deferring
 from ._attach import DefaultEvent, CountingCallback, is_rank_zero, positive_number, to_float, whole_number
 from .distributed import is_distributed
 from .readback import settle as settle_decisions
@@ -214,6 +214,7 @@ class MetricsLogger(Defers, CountingCallback):
         self.losses = 0
         self._training_rows = 0  # framework rows of training (not evaluation) values
         self._reads_rows = self._warned = False
+        self._rows_of: dict[type, bool] | None = None  # on the global tier: which classes log their own rows
         self.rows: list[list[Any]] = []  # [step, name, value] not yet sent; value None until read
         self._flush_at = self.max_rows
         if flush_secs is not None:
@@ -236,7 +237,12 @@ class MetricsLogger(Defers, CountingCallback):
 
     def attach(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:
         e = {k: v for k, v in self.events.items() if self.wants(target, v)}
-        if "log" in e:  # the framework's rows hold its loss and metrics: read again, they would log twice
+        self._rows_of = None
+        if "log" in e and target is None:
+            # The global tier reaches every class: an object whose class logs its own rows
+            # has its default loss and metrics left out when they come (_framework_logs).
+            self._rows_of = {}
+        elif "log" in e:  # the framework's rows hold its loss and metrics: read again, they would log twice
             e = {k: v for k, v in e.items() if k not in ("loss", "metrics") or not isinstance(v, DefaultEvent)}
             if self.every != 1 and "loss" not in e:
                 raise HookError(
@@ -296,11 +302,27 @@ class MetricsLogger(Defers, CountingCallback):
                 f"(logits, loss). Log the loss itself: make the function that computes it the loss join "
                 f"point (hookwrap run --weave loss=torch.nn.functional:cross_entropy; hw.weave), or pass "
                 f"loss_event= one that returns it.")
+        if self._framework_logs(obj, "loss"):
+            return
         self.losses += 1
         if self.losses % self.every == 0:
             self.log("loss", value)
 
+    def _framework_logs(self, obj: Any, what: str) -> bool:
+        """On the global tier: does ``obj``'s class log its own rows (a ``log`` join
+        point), so that this default ``what`` event would log its values twice?"""
+        rows_of = self._rows_of
+        if rows_of is None or obj is None or not isinstance(self.events[what], DefaultEvent):
+            return False
+        cls = type(obj)
+        logs = rows_of.get(cls)
+        if logs is None:
+            logs = rows_of[cls] = has_join_point(cls, str(self.events["log"]))
+        return logs
+
     def record_metrics(self, obj: Any, value: Any) -> None:
+        if self._framework_logs(obj, "metrics"):
+            return
         metrics = value if isinstance(value, Mapping) else {"metric": value}
         for name, metric in metrics.items():  # all checked before any is logged
             self._check_number(str(name), metric)
