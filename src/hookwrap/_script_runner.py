@@ -711,7 +711,8 @@ def run(script: str, args: Sequence[str] = (), presets: Sequence[str] = (), weav
         except SystemExit as exc:
             return _exit_status(exc)
         except StopTraining as stop:  # a callback ended the run: the script's end, status 0
-            print(f"{PROG}: stopped: {stop}", file=sys.stderr)
+            print(f"{PROG}: stopped: {stop} (the script ended there: its code after that point did not run)",
+                  file=sys.stderr)
             return 0
         except Exception as exc:
             tb = _script_traceback(exc.__traceback__)
