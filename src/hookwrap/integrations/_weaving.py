@@ -41,9 +41,8 @@ from .. import load_callback_state
 from ..extend import Removable, is_join_point, stateful_callbacks, weave_only
 from ..errors import HookError, StopTraining
 
-__all__ = ["ACCUMULATES", "PresetHandle", "accumulates", "current_run", "patch", "resume_callbacks",
-           "resume_without_state", "routed", "running", "stage",
-           "stop_while_running", "target_class"]
+__all__ = ["ACCUMULATES", "PresetHandle", "accumulates", "current_run", "log_event", "patch", "resume_callbacks",
+           "resume_without_state", "routed", "running", "stage", "stop_while_running", "target_class"]
 
 _STARTED, _DONE, _NOTHING = object(), object(), object()
 _local = threading.local()
@@ -379,7 +378,6 @@ def target_class(given: Any, base: type, where: str, what: str) -> type:
     return cls
 
 
-
 ACCUMULATES = "__hookwrap_accumulation__"  # hookwrap.torch's GradAccumulation reads it
 
 
@@ -400,6 +398,17 @@ def patch(handle: PresetHandle, cls: type, attr: str, make: Callable[[Any, _Laye
     layer = _Layer(cls, attr, original)
     replacement = functools.wraps(original)(make(original, layer))
     layer.put(handle, replacement)
+
+
+def _hookwrap_log(self: Any, row: dict[str, Any]) -> None:
+    """A row the framework logged, its step under ``"step"`` (join point ``log``)."""
+
+
+def log_event(handle: PresetHandle, cls: type, **options: Any) -> None:
+    """Make ``cls.hookwrap_log(row)`` join point ``log``: the preset calls it with each
+    row the framework logs (``options`` go to ``stage``)."""
+    _set(handle, cls, "hookwrap_log", _hookwrap_log)
+    stage(handle, cls, "log", "hookwrap_log", **options)
 
 
 def resume_without_state(owner: Any, source: str) -> None:

@@ -56,8 +56,8 @@ from typing import Any
 
 from ..errors import HookError
 from .. import callback_state
-from ._weaving import (PresetHandle, _Layer, _raw, _set, accumulates, done, instead, patch, resume_callbacks,
-                       resume_without_state, routed, stage, stop_while_running, target_class)
+from ._weaving import (PresetHandle, accumulates, done, instead, log_event, patch, resume_callbacks, resume_without_state,
+                       routed, stage, stop_while_running, target_class)
 
 __all__ = ["weave"]
 
@@ -122,8 +122,8 @@ def weave(module: Any = None) -> PresetHandle:
         optimizer_step = stage(handle, cls, "optimizer_step", "optimizer_step", stop=stop)
         accumulates(handle, cls, optimizer_step, ACCUMULATION)  # GradAccumulation refuses, naming it
         routed(handle, cls, "evaluate", _EvaluationLoop, "run", evaluated, returns=metrics, stop=stop)
-        _route_manual_steps(handle, cls, LightningOptimizer, optimizer_step, where)
-        _route_logs(handle, cls, _LoggerConnector, where, stop)
+        _route_manual_steps(handle, cls, LightningOptimizer, optimizer_step)
+        _route_logs(handle, cls, _LoggerConnector, stop)
         _checkpoint_callbacks(handle, cls, _CheckpointConnector)
     return handle
 
@@ -166,64 +166,57 @@ def _checkpoint_callbacks(handle: PresetHandle, cls: type, connector_cls: type) 
     patch(handle, connector_cls, "restore_callbacks", make_restore)
 
 
-def hookwrap_log(self: Any, row: dict[str, Any]) -> None:
-    """A row Lightning logs, with its ``step`` (join point ``log``)."""
-
-
-def _route_logs(handle: PresetHandle, cls: Any, connector_cls: type, where: str, stop: Any) -> None:
+def _route_logs(handle: PresetHandle, cls: Any, connector_cls: type, stop: Any) -> None:
     """Each ``log_metrics`` of the trainer's logger connector, the row Lightning gives
     its loggers (its step and epoch added as it adds them), goes through join point
     ``log``, even with no logger configured (where Lightning returns early)."""
-    original = _raw(connector_cls, "log_metrics", where)
-    _set(handle, cls, "hookwrap_log", hookwrap_log)
-    stage(handle, cls, "log", "hookwrap_log", stop=stop)
-    layer = _Layer(connector_cls, "log_metrics", original)
+    log_event(handle, cls, stop=stop)
 
-    def log_metrics(self: Any, metrics: Any, step: Any = None) -> Any:
-        trainer = self.trainer
-        module: Any = trainer.lightning_module
-        if metrics and not layer.removed and isinstance(module, cls):
-            row, at = dict(metrics), step
-            if at is None:  # as log_metrics itself reads it
-                logged_step = row.pop("step", None)
-                if logged_step is not None:
-                    at = int(logged_step)
-                else:
-                    row.setdefault("epoch", trainer.current_epoch)
-                    at = trainer.fit_loop.epoch_loop._batches_that_stepped
-            module.hookwrap_log({**row, "step": at})
-        return original(self, metrics, step)
+    def make_log_metrics(original: Any, layer: Any) -> Any:
+        def log_metrics(self: Any, metrics: Any, step: Any = None) -> Any:
+            trainer = self.trainer
+            module: Any = trainer.lightning_module
+            if metrics and not layer.removed and isinstance(module, cls):
+                row, at = dict(metrics), step
+                if at is None:  # as log_metrics itself reads it
+                    logged_step = row.pop("step", None)
+                    if logged_step is not None:
+                        at = int(logged_step)
+                    else:
+                        row.setdefault("epoch", trainer.current_epoch)
+                        at = trainer.fit_loop.epoch_loop._batches_that_stepped
+                module.hookwrap_log({**row, "step": at})
+            return original(self, metrics, step)
+        return log_metrics
 
-    log_metrics.__wrapped__ = original  # type: ignore[attr-defined]
-    layer.put(handle, log_metrics)
+    patch(handle, connector_cls, "log_metrics", make_log_metrics)
     handle.events["log"] = f"{connector_cls.__qualname__}.log_metrics"
 
 
-def _route_manual_steps(handle: PresetHandle, cls: Any, optimizer_cls: type, optimizer_step: Any,
-                        where: str) -> None:
+def _route_manual_steps(handle: PresetHandle, cls: Any, optimizer_cls: type, optimizer_step: Any) -> None:
     """In manual optimization, ``opt.step()`` of a ``LightningOptimizer`` is an update
     Lightning counts (``global_step``) but never passes through the module's
     ``optimizer_step``: it is made that join point's call (its callbacks around it),
     the step itself in place of the method, which never runs (Lightning would not
     call it, and yours may do other things). What ``opt.step()`` returns (the
     closure's output) is what the event returns."""
-    original = _raw(optimizer_cls, "step", where)
-    layer = _Layer(optimizer_cls, "step", original)
     local = threading.local()  # .routing: an opt.step() being routed (a stop may run the method plainly)
 
-    def step(self: Any, closure: Any = None, **kwargs: Any) -> Any:
-        strategy = getattr(self, "_strategy", None)
-        module = getattr(strategy, "lightning_module", None)
-        if getattr(local, "routing", False) or layer.removed or not isinstance(module, cls) \
-                or module.automatic_optimization or not module.trainer.training:
-            return original(self, closure, **kwargs)
-        trainer, local.routing = module.trainer, True
-        entry = instead(optimizer_step, lambda: original(self, closure, **kwargs))
-        try:
-            return module.optimizer_step(trainer.current_epoch, trainer.fit_loop.epoch_loop.batch_idx, self, closure)
-        finally:
-            done(entry)
-            local.routing = False
+    def make_step(original: Any, layer: Any) -> Any:
+        def step(self: Any, closure: Any = None, **kwargs: Any) -> Any:
+            strategy = getattr(self, "_strategy", None)
+            module = getattr(strategy, "lightning_module", None)
+            if getattr(local, "routing", False) or layer.removed or not isinstance(module, cls) \
+                    or module.automatic_optimization or not module.trainer.training:
+                return original(self, closure, **kwargs)
+            trainer, local.routing = module.trainer, True
+            entry = instead(optimizer_step, lambda: original(self, closure, **kwargs))
+            try:
+                return module.optimizer_step(trainer.current_epoch, trainer.fit_loop.epoch_loop.batch_idx, self,
+                                             closure)
+            finally:
+                done(entry)
+                local.routing = False
+        return step
 
-    step.__wrapped__ = original  # type: ignore[attr-defined]
-    layer.put(handle, step)
+    patch(handle, optimizer_cls, "step", make_step)

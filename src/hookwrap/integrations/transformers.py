@@ -38,14 +38,13 @@ the class; ``BestCheckpoint`` and ``GradNorm`` read ``trainer.model``, ``LRMonit
 
 from __future__ import annotations
 
-import functools
 import os
 from typing import Any
 
 from .. import callback_state
 from ..errors import HookError
-from ._weaving import (PresetHandle, _Layer, _raw, _set, accumulates, current_run, patch, resume_callbacks,
-                       resume_without_state, routed, stage, stop_while_running, target_class)
+from ._weaving import (PresetHandle, accumulates, current_run, log_event, patch, resume_callbacks, resume_without_state,
+                       routed, stage, stop_while_running, target_class)
 
 __all__ = ["weave"]
 
@@ -134,25 +133,19 @@ def _checkpoint_callbacks(handle: PresetHandle, cls: type) -> None:
     patch(handle, cls, "_prepare_for_training", make_prepare)
 
 
-def hookwrap_log(self: Any, row: dict[str, Any]) -> None:
-    """A row the trainer logged, as ``state.log_history`` has it (join point ``log``)."""
-
-
 def _route_logs(handle: PresetHandle, cls: type, stop: Any) -> None:
     """Each row ``Trainer.log`` appends to ``state.log_history`` goes through join point ``log``."""
-    original = _raw(cls, "log", f"hookwrap.integrations: {handle.description}")
-    _set(handle, cls, "hookwrap_log", hookwrap_log)
-    stage(handle, cls, "log", "hookwrap_log", stop=stop)
-    layer = _Layer(cls, "log", original)
+    log_event(handle, cls, stop=stop)
 
-    @functools.wraps(original)
-    def log(self: Any, *args: Any, **kwargs: Any) -> Any:
-        history = self.state.log_history
-        logged = len(history)
-        result = original(self, *args, **kwargs)
-        if not layer.removed and len(history) > logged:
-            self.hookwrap_log(dict(history[-1]))
-        return result
+    def make_log(original: Any, layer: Any) -> Any:
+        def log(self: Any, *args: Any, **kwargs: Any) -> Any:
+            history = self.state.log_history
+            logged = len(history)
+            result = original(self, *args, **kwargs)
+            if not layer.removed and len(history) > logged:
+                self.hookwrap_log(dict(history[-1]))
+            return result
+        return log
 
-    layer.put(handle, log)
+    patch(handle, cls, "log", make_log)
     handle.events["log"] = f"{cls.__qualname__}.log"
