@@ -24,6 +24,7 @@ from typing import Any, Callable, TextIO
 
 from . import USING_EXTENSION
 from ._describe import describe
+from ._lifecycle import boundary
 
 NEEDS = ("hookwrap demo needs PyTorch and tqdm: "
          "python -m pip install \"hookwrap[torch]\" torch==2.13.0")
@@ -163,14 +164,18 @@ def run(epochs: int = 20, device: str = "cpu", hooks: bool = True, out: Callable
 
     # Per-step hook overhead: this trainer with its callbacks, against itself with
     # them detached, alternating on the same collated batches.
-    hooked_step, plain_step = step_times(trainer, list(trainer.train_loader))
+    # Steps called outside fit: their end is no boundary, so what the callbacks hold
+    # from them is delivered at this block's end (rows, NaN checks), not at exit.
+    with boundary():
+        hooked_step, plain_step = step_times(trainer, list(trainer.train_loader))
     overhead = hooked_step - plain_step
     share = overhead / plain_step
     noise = " (within timing noise)" if abs(share) < 0.01 else ""
     per_step_events = ("step", "loss", "backward", "optimizer_step")
     callbacks_per_step = sum(len(chain) for event, chain in describe(trainer).chains.items()
                              if event in per_step_events)
-    trace, ranges = profile_steps(trainer, list(trainer.train_loader), tmp / "profile", per_step_events)
+    with boundary():
+        trace, ranges = profile_steps(trainer, list(trainer.train_loader), tmp / "profile", per_step_events)
     out(f"trained {epochs_run} of {epochs} epochs, {steps} steps, {seen} samples; "
         f"stopped early: {stopped}")
     out("final metrics: " + ", ".join(f"{k} {v:.4f}" for k, v in trainer.history[-1].items())
