@@ -121,6 +121,18 @@ def test_remove_restores_the_engine_class(hw, preset):
     handle.remove()
     assert dict(vars(Engine)) == before
     assert old._process_function is update and old.run([3], max_epochs=1).output == 3
+
+
+def test_an_engine_made_while_woven_keeps_its_update_function_after_remove(hw, preset):
+    def update(engine: Any, batch: Any) -> int:
+        return batch * 2
+
+    handle = preset.weave()
+    engine = Engine(update)
+    assert engine.run([1, 2], max_epochs=1).output == 4
+    assert "_process_function" not in vars(engine)  # stored past it: ignite's self.<name> reads stay fast
+    handle.remove()
+    assert engine._process_function is update and engine.run([3], max_epochs=1).output == 6
     with pytest.raises(hw.HookError, match="expected an ignite Engine class"):
         preset.weave(dict)
 

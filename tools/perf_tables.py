@@ -16,6 +16,7 @@ for the instruction counts)::
     python tools/bench_instructions.py --json docs/performance/instructions-compiled.json
     python tools/bench_instructions.py --pure --json docs/performance/instructions-pure.json
     python tools/callback_costs.py --json docs/performance/callback-costs.json
+    python tools/framework_costs.py --json docs/performance/framework-costs.json
     python tools/perf_tables.py --write docs/performance.md
 
 ``--check PAGE`` exits 1 when the page's tables differ from what the committed
@@ -38,6 +39,10 @@ RUN = ROOT / "docs" / "performance" / "run.json"
 INSTRUCTIONS = {"compiled": ROOT / "docs" / "performance" / "instructions-compiled.json",
                 "pure": ROOT / "docs" / "performance" / "instructions-pure.json"}
 CALLBACK_COSTS = ROOT / "docs" / "performance" / "callback-costs.json"
+FRAMEWORK_COSTS = ROOT / "docs" / "performance" / "framework-costs.json"
+FRAMEWORK_NAMES = {"lightning": ("Lightning `Trainer.fit`", "Lightning `Callback`s"),
+                   "ignite": ("ignite `Engine.run`", "ignite event handlers"),
+                   "transformers": ("HF `Trainer.train`", "HF `TrainerCallback`s")}
 TWINS = {"compiled": "compiled", "pure": "pure Python twin"}
 KS = (0, 1, 4, 16)
 MARKER = re.compile(r"(<!-- perf-tables:begin (\S+) -->\n)(.*?)(<!-- perf-tables:end \2 -->)", re.S)
@@ -195,8 +200,32 @@ def callbacks_table(costs: dict[str, Any]) -> str:
     return head + _table(["callback", "host reads", "instructions", "the same by hand", "hookwrap adds"], rows)
 
 
+def frameworks_table(costs: dict[str, Any]) -> str:
+    """Per training step: each framework alone, with K no-op callbacks of its own
+    system, and with hookwrap's preset and K no-op hw.Callbacks on the same hook
+    points (tools/framework_costs.py)."""
+    rows = []
+    for framework, counts in costs["instructions"].items():
+        label, native = FRAMEWORK_NAMES[framework]
+        base = counts["none"]
+        points = len(costs["hooks"][framework][0])
+
+        def added(key: str) -> str:
+            return f"{counts[key] - base:+,.0f}" if key in counts else "not measured"
+
+        rows.append([f"{label}: {base:,.0f} a step alone", f"{native} ({points} hook points)", "",
+                     added("native 1"), added("native 8")])
+        for variant, twin in (("preset", "compiled"), ("preset-pure", "pure Python twin")):
+            rows.append(["", f"hookwrap preset and `hw.Callback`s, {twin}", added(f"{variant} 0"),
+                         added(f"{variant} 1"), added(f"{variant} 8")])
+    warmup, steps = costs["window"]
+    head = (f"Python {costs['python']}; the model: {costs['loop']}; instructions added a step, counted "
+            f"over {steps} steps after {warmup}:\n\n")
+    return head + _table(["framework", "callbacks through", "0 callbacks", "1 callback", "8 callbacks"], rows)
+
+
 def tables(run: dict[str, Any], instructions: dict[str, dict[str, Any]],
-           costs: dict[str, Any] | None = None) -> dict[str, str]:
+           costs: dict[str, Any] | None = None, frameworks: dict[str, Any] | None = None) -> dict[str, str]:
     """Marker name -> the markdown it holds."""
     out = {"about": about(run), "dispatch": dispatch_table(run), "others": others_table(run),
            "step": step_table(run)}
@@ -204,16 +233,19 @@ def tables(run: dict[str, Any], instructions: dict[str, dict[str, Any]],
         out[f"instructions-{twin}"] = instructions_table(counts)
     if costs is not None:
         out["callbacks"] = callbacks_table(costs)
+    if frameworks is not None:
+        out["frameworks"] = frameworks_table(frameworks)
     return out
 
 
-def load() -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, Any] | None]:
-    """The committed run, counts and callback costs."""
+def load() -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, Any] | None, dict[str, Any] | None]:
+    """The committed run, counts, callback costs and framework costs."""
     run = json.loads(RUN.read_text(encoding="utf-8"))
     counts = {twin: json.loads(path.read_text(encoding="utf-8"))
               for twin, path in INSTRUCTIONS.items() if path.exists()}
     costs = json.loads(CALLBACK_COSTS.read_text(encoding="utf-8")) if CALLBACK_COSTS.exists() else None
-    return run, counts, costs
+    frameworks = json.loads(FRAMEWORK_COSTS.read_text(encoding="utf-8")) if FRAMEWORK_COSTS.exists() else None
+    return run, counts, costs, frameworks
 
 
 def render(page: str, generated: dict[str, str]) -> str:

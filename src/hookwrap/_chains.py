@@ -94,6 +94,11 @@ class Planner:
                     # would run it, with no callbacks, and nothing is kept on `tp`.
                     note_planned(jp)
                     return Chain(tp, False, (), ())
+                if class_record(tp, create=False) is None and not fires(jp, tp):
+                    # A join point no longer in tp's attributes (removed, held by
+                    # someone): it runs as the function, and nothing is kept on tp.
+                    note_planned(jp)
+                    return Chain(tp, False, (), ())
                 record = class_record(tp)
                 if not fires(jp, tp):
                     # A super() call, or a call that began before weave's remove()

@@ -213,6 +213,7 @@ from typing import Any, Callable
 
 from ._dispatch import join_point_of
 from ._events import PHASES, normalize
+from ._guarded import guarded_runner
 from ._joinpoints import all_join_points, find_join_point, spec_of, target_join_points
 from ._lifecycle import Defers, Ending, boundary, settle_all, track_deferring
 from ._options import process_rank as _process_rank
@@ -234,6 +235,7 @@ __all__ = [
     "per_join_point",
     "process_rank",
     "boundary",
+    "guard",
     "reader",
     "settle_all",
     "stateful_callbacks",
@@ -366,6 +368,28 @@ def is_join_point(value: Any) -> bool:
     also inside a ``classmethod``/``staticmethod``. A function that merely wraps
     one (``functools.wraps``) is not. Never raises."""
     return join_point_of(value) is not None
+
+
+def guard(value: Any, guard: Callable[..., Any]) -> None:
+    """Run the callbacks of join point ``value`` (as stored: ``vars(cls)["step"]``)
+    inside ``guard(run, func, obj, args, kwargs)``, where ``run(f)`` runs them
+    around ``f`` in place of the function (``func``, called with ``args`` and
+    ``kwargs``; ``obj`` is the hooked object) and returns what the call returns.
+    A call with no callbacks to run calls the function alone, at the dispatch's
+    cost: the guard costs nothing where nobody listens. For presets: catch
+    ``StopTraining`` from any callback of the call and stop the framework's way.
+    Set it right after weaving, before the first call; a coroutine or generator
+    join point cannot have one."""
+    jp = join_point_of(value)
+    if jp is None:
+        raise HookError(f"hookwrap.extend.guard: {safe_repr(value)} is not a join point.")
+    if jp.run_wrapped is not None:
+        raise HookError(f"hookwrap.extend.guard: {jp.__qualname__} runs its callbacks inside its coroutine or "
+                        f"generator, or has a guard already: it takes no guard.")
+    if not callable(guard):
+        raise HookError(f"hookwrap.extend.guard: the guard must be callable, got {safe_repr(guard)}.")
+    jp.run_wrapped = guarded_runner(guard)
+    jp.forget_last_chain()
 
 
 def _check_handler(handler: Any, where: str) -> None:

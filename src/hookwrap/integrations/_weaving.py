@@ -38,27 +38,34 @@ from types import FunctionType
 from typing import Any, Callable
 
 from .. import load_callback_state
-from ..extend import Removable, is_join_point, stateful_callbacks, weave_only
+from ..extend import Removable, guard, is_join_point, stateful_callbacks, weave_only
 from ..errors import HookError, StopTraining
 
-__all__ = ["ACCUMULATES", "PresetHandle", "accumulates", "current_run", "log_event", "patch", "resume_callbacks",
+__all__ = ["ACCUMULATES", "PresetHandle", "Stage", "accumulates", "current_run", "log_event", "patch", "resume_callbacks",
            "resume_without_state", "routed", "running", "stage", "stop_while_running", "target_class"]
 
 _STARTED, _DONE, _NOTHING = object(), object(), object()
-_local = threading.local()
+
+
+class _Local(threading.local):
+    """Per thread: the stages running that are noted (``active``), the runs
+    (``runs``), what ``instead`` put, and the object a routed call was made on."""
+
+    delegate: Any = None
+
+    def __init__(self) -> None:
+        self.active: list[Stage] = []
+        self.runs: list[Any] = []
+        self.instead: list[list[Any]] = []
+
+
+_local = _Local()
 _running: dict[int, int] = {}  # id(owner) -> fit calls running
 # The top function of each removed _Layer (which forwards to what it replaced) -> (its
 # class, attribute, whether the class held what it replaced, and that): never the
 # layer, which holds the top, a weak key the value would keep alive.
 _removed_tops: weakref.WeakKeyDictionary[Any, tuple[type, str, bool, Any]] = weakref.WeakKeyDictionary()
-
-
-def _stack(name: str) -> list[Any]:
-    stack = getattr(_local, name, None)
-    if stack is None:
-        stack = []
-        setattr(_local, name, stack)
-    return stack
+_LAYER_ATTR = "__hookwrap_layer__"  # on a layer's top: the layer
 
 
 def running(owner: Any) -> bool:
@@ -82,7 +89,7 @@ def stop_while_running(ask: Callable[[Any], None]) -> Callable[[Any, StopTrainin
 
 def current_run(cls: type) -> Any:
     """The innermost owner of class ``cls`` whose ``fit`` runs in this thread, or None."""
-    for owner in reversed(_stack("runs")):
+    for owner in reversed(_local.runs):
         if isinstance(owner, cls):
             return owner
     return None
@@ -164,15 +171,27 @@ def _restore(cls: type, attr: str, own: bool, saved: Any) -> None:
         delattr(cls, attr)
 
 
+def _nothing() -> None:
+    return None
+
+
+def _live_layer(value: Any) -> _Layer | None:
+    """The layer whose top ``value`` is, if a preset stored it."""
+    layer = getattr(value, "__dict__", {}).get(_LAYER_ATTR) if isinstance(value, FunctionType) or \
+        is_join_point(value) else None
+    return layer if isinstance(layer, _Layer) and layer.top is value else None
+
+
 def _removed_layer(value: Any) -> tuple[type, str, bool, Any] | None:
-    if type(value) is not FunctionType:  # a layer's top is a function; not every value is weakly referable
+    try:  # a layer's top is a function or a join point; not every value is weakly referable
+        return _removed_tops.get(value)
+    except TypeError:
         return None
-    return _removed_tops.get(value)
 
 
 class _Layer:
     """One preset's change of ``cls.attr`` (a stage's or a router's): ``top``, stored over
-    ``below`` (``own``: held by ``cls`` itself, else inherited).
+    ``below`` (``own``: held by ``cls`` itself, else inherited), which a router calls.
 
     Code other than the class keeps calling ``top`` after the preset is removed: a
     preset woven later over the same attribute (accelerate's and transformers' both
@@ -181,18 +200,27 @@ class _Layer:
     layer's top forwards each call to ``below``, and where another layer sits on it
     (``buried``), the attribute is left to that one, which restores past it."""
 
-    __slots__ = ("attr", "below", "buried", "cls", "own", "removed", "top")
+    __slots__ = ("above", "attr", "below", "buried", "cls", "own", "removed", "top", "__weakref__")
 
     def __init__(self, cls: type, attr: str, below: Any) -> None:
         self.cls, self.attr, self.below = cls, attr, below
         self.own = attr in vars(cls)
         self.top: Any = None
+        self.above: Callable[[], _Layer | None] = _nothing  # a layer stored over this one (weakly)
         self.removed = self.buried = False
 
     def put(self, handle: PresetHandle, top: Any) -> None:
         """Store ``top``, the layer's last change: its undo runs first and decides."""
         _set(handle, self.cls, self.attr, top, self)
+        self.adopt(handle, top)
+
+    def adopt(self, handle: PresetHandle, top: Any) -> None:
+        """``top``, stored already (a join point woven in place), is the layer's last change."""
         self.top = top
+        under = _live_layer(self.below)
+        if under is not None:
+            under.above = weakref.ref(self)
+        setattr(top, _LAYER_ATTR, self)  # set last: functools.wraps copies a wrapped function's
         handle._undo.append(self._remove)
 
     def _remove(self) -> None:
@@ -200,109 +228,165 @@ class _Layer:
         _removed_tops[self.top] = (self.cls, self.attr, self.own, self.below)
         self.top.__wrapped__ = self.below  # what it reaches now (a scan for join points reads it)
         self.buried = vars(self.cls).get(self.attr) is not self.top
+        above = self.above()
+        if above is not None and above.below is self.top:
+            # The layer stored over this one (removed or not) now calls what this one
+            # replaced (a removed join point's dispatch would plan chains again), and a
+            # scan for join points through its wrapper finds none removed.
+            above.below = self.below
+            above.top.__wrapped__ = self.below
 
 
-def _body(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Runs ``fn`` (or, once, what ``instead`` put for this body); notes in the outer
-    wrapper's slot that it started and what it returned."""
+class Stage:
+    """What ``stage`` returns: names the stage to ``within=``, ``instead`` and
+    ``accumulates``. ``function``: what its join point calls (a copy of the method, or
+    the body that can run a substitute in its place); ``tracked``: whether a call
+    of it is known while it runs (a ``within=`` of another stage reads that)."""
+
+    __slots__ = ("function", "tracked")
+
+    def __init__(self, tracked: bool) -> None:
+        self.function: Any = None
+        self.tracked = tracked
+
+
+def _copy(fn: FunctionType) -> FunctionType:
+    """A new function with ``fn``'s code, defaults and closure: what the join point
+    calls, as fast as ``fn``, which a preset's marks (``accumulates``) never touch."""
+    copy = FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    functools.update_wrapper(copy, fn)
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    return copy
+
+
+def _substitutable(fn: Callable[..., Any], stage: Stage) -> Callable[..., Any]:
+    """Runs ``fn``, or, once, what ``instead`` put for ``stage``."""
 
     @functools.wraps(fn)
     def body(*args: Any, **kwargs: Any) -> Any:
-        slots = _stack("slots")
-        slot = slots[-1] if slots and slots[-1][0] is body else None
-        if slot is not None:
-            slot[1] = _STARTED
-        substitutes = getattr(_local, "instead", None)
-        if substitutes and substitutes[-1][0] is body:
-            result = substitutes.pop()[1]()
-        else:
-            result = fn(*args, **kwargs)
-        if slot is not None:
-            slot[1], slot[2] = _DONE, result
-        return result
+        substitutes = _local.instead
+        if substitutes and substitutes[-1][0] is stage:
+            return substitutes.pop()[1]()
+        return fn(*args, **kwargs)
 
     return body
 
 
-def instead(body: Callable[..., Any], run: Callable[[], Any]) -> list[Any]:
-    """The next call of stage ``body`` in this thread runs ``run()`` in place of the
-    method it wraps, its callbacks around it as ever: an update that reaches the
-    framework elsewhere (Lightning's manual ``opt.step()``) fires the event without
-    running the method. Returns the entry; ``done(entry)`` drops it if never used."""
-    entry = [body, run]
-    _stack("instead").append(entry)
+def instead(stage: Stage, run: Callable[[], Any]) -> list[Any]:
+    """The next call of ``stage`` (made ``substitutable``) in this thread runs ``run()``
+    in place of the method it wraps, its callbacks around it as ever: an update that
+    reaches the framework elsewhere (Lightning's manual ``opt.step()``) fires the event
+    without running the method. Returns the entry; ``done(entry)`` drops it if never used."""
+    entry = [stage, run]
+    _local.instead.append(entry)
     return entry
 
 
 def done(entry: list[Any]) -> None:
-    stack = _stack("instead")
+    stack = _local.instead
     if stack and stack[-1] is entry:
         stack.pop()
 
 
 def stage(handle: PresetHandle, cls: type, event: str, attr: str, *,
           stop: Callable[[Any, StopTraining], bool] | None = None, fit: bool = False,
-          within: Callable[..., Any] | None = None,
-          changed: Callable[[Any, Any, Any], None] | None = None) -> Callable[..., Any]:
+          within: Stage | None = None, changed: Callable[[Any, Any, Any], None] | None = None,
+          tracked: bool = False, substitutable: bool = False) -> Stage:
     """Make ``cls.attr`` join point ``event``. ``stop(owner, exc)`` asks the framework
-    to stop (False: it cannot, as outside a run; the exception propagates). ``fit``: this stage is the run.
-    ``within``: fire only while that stage (as returned by ``stage``) runs in this
-    thread; other calls run the original without callbacks. ``changed(owner, original,
-    result)``: called when the callbacks returned another value than the original did
-    (to refuse a change the framework would never see). Returns the stage's body."""
+    to stop (False: it cannot, as outside a run; the exception propagates). ``fit``:
+    this stage is the run. ``within``: fire only while that stage (``tracked``) runs
+    in this thread; other calls run the original without callbacks. ``changed(owner,
+    original, result)``: called when the callbacks returned another value than the
+    original did (to refuse a change the framework would never see).
+    ``substitutable``: ``instead`` may run something else in the method's place.
+
+    All of that is needed only when callbacks run, so it is the join point's guard
+    (``hookwrap.extend.guard``): a call with none costs the dispatch alone. Only a
+    run (``fit``) or a ``tracked`` stage keeps a wrapper of its own, which notes that
+    it runs."""
     where = f"hookwrap.integrations: {handle.description}"
     fn = _raw(cls, attr, where)
-    if not isinstance(fn, FunctionType):
-        raise HookError(f"{where}: {cls.__qualname__}.{attr} is a {type(fn).__name__}, not a method.")
     if is_join_point(fn):
         raise HookError(f"{where}: {cls.__qualname__}.{attr} is already a join point (woven by a preset or "
                         f"hookwrap.weave); remove that handle first, or weave once.")
+    if not isinstance(fn, FunctionType):
+        raise HookError(f"{where}: {cls.__qualname__}.{attr} is a {type(fn).__name__}, not a method.")
+    if within is not None and not within.tracked:
+        raise HookError(f"{where}: within= names a stage made without tracked=True: nothing notes that it runs.")
+    this = Stage(tracked or fit)
     layer = _Layer(cls, attr, fn)
-    body = _body(fn)
-    _set(handle, cls, attr, body, layer)
+    this.function = _substitutable(fn, this) if substitutable else _copy(fn)
+    _set(handle, cls, attr, this.function, layer)
     woven_handle = weave_only(cls, **{event: attr})  # a subclass's override: weave(MySubclass)
     handle._undo.append(lambda: woven_handle._remove(restore=not layer.buried))
     woven = vars(cls)[attr]
+    if substitutable:  # code-identity checks that unwrap once (Lightning's is_overridden) read fn's
+        woven.__wrapped__ = _shim(fn, fn)
+
+    def guarded(run: Callable[[Callable[..., Any]], Any], func: Callable[..., Any], obj: Any,
+                args: list[Any], kwargs: dict[str, Any]) -> Any:
+        if layer.removed or (within is not None and within not in _local.active):
+            return func(*args, **kwargs)
+        given = (tuple(args), dict(kwargs)) if stop is not None else None  # callbacks may change them
+        ran: list[Any] = [None, None]  # _STARTED or _DONE, and what it returned
+
+        def body(*args: Any, **kwargs: Any) -> Any:
+            ran[0] = _STARTED
+            result = func(*args, **kwargs)
+            ran[0], ran[1] = _DONE, result
+            return result
+
+        try:
+            result = run(body)
+        except StopTraining as exc:
+            if stop is None or not stop(obj, exc):
+                raise
+            handle.stopped = exc
+            if ran[0] is _DONE:
+                return ran[1]
+            if ran[0] is None and given is not None:  # stopped before the original ran: it runs, without callbacks
+                return func(*given[0], **given[1])
+            raise  # interrupted midway: the enclosing stage ends it
+        if changed is not None and ran[0] is _DONE and result is not ran[1]:
+            changed(obj, ran[1], result)
+        return result
+
+    guard(woven, guarded)
+    if this.tracked:
+        outer = _noting(layer, fn, woven, this, fit)
+        outer.__wrapped__ = _shim(fn, woven)  # type: ignore[attr-defined]
+        layer.put(handle, outer)
+    else:
+        layer.adopt(handle, woven)
+    handle.events[event] = f"{cls.__qualname__}.{attr}"
+    return this
+
+
+def _noting(layer: _Layer, fn: Callable[..., Any], woven: Any, this: Stage, fit: bool) -> Callable[..., Any]:
+    """The wrapper of a tracked stage: notes that it runs (``within=``) in this thread,
+    and, for a run (``fit``), that its owner runs (``running``, ``current_run``)."""
 
     @functools.wraps(woven)
     def outer(self: Any, *args: Any, **kwargs: Any) -> Any:
         if layer.removed:
             return fn(self, *args, **kwargs)
-        slots = _stack("slots")
-        if within is not None and not any(s[0] is within for s in slots):
-            return fn(self, *args, **kwargs)
-        slot = [body, None, None]
-        slots.append(slot)
+        active = _local.active
+        active.append(this)
         if fit:
-            runs = _stack("runs")
+            runs = _local.runs
             runs.append(self)
             _running[id(self)] = _running.get(id(self), 0) + 1
         try:
-            result = woven(self, *args, **kwargs)
-            if changed is not None and slot[1] is _DONE and result is not slot[2]:
-                changed(self, slot[2], result)
-            return result
-        except StopTraining as exc:
-            if stop is None or not stop(self, exc):
-                raise
-            handle.stopped = exc
-            if slot[1] is _DONE:
-                return slot[2]
-            if slot[1] is None:  # stopped before the original ran: it runs, without callbacks
-                return fn(self, *args, **kwargs)
-            raise  # interrupted midway: the enclosing stage ends it
+            return woven(self, *args, **kwargs)
         finally:
-            slots.pop()
+            active.pop()
             if fit:
                 runs.pop()
                 _running[id(self)] -= 1
                 if not _running[id(self)]:
                     del _running[id(self)]
 
-    outer.__wrapped__ = _shim(fn, woven)
-    layer.put(handle, outer)
-    handle.events[event] = f"{cls.__qualname__}.{attr}"
-    return body
+    return outer
 
 
 def _shim(fn: FunctionType, woven: Any) -> FunctionType:
@@ -318,7 +402,7 @@ def _shim(fn: FunctionType, woven: Any) -> FunctionType:
 
 def routed(handle: PresetHandle, host: type, event: str, cls: type, attr: str,
            owner_of: Callable[[Any], Any], *, returns: Callable[[Any, Any], Any] | None = None,
-           **options: Any) -> Callable[..., Any]:
+           **options: Any) -> Stage:
     """Calls of ``cls.attr`` on an object whose ``owner_of(obj)`` is a ``host`` become
     join point ``event`` of that owner (method ``hookwrap_<event>`` of ``host``, with
     the original's parameters); other calls are untouched. ``returns(owner, result)``:
@@ -331,18 +415,20 @@ def routed(handle: PresetHandle, host: type, event: str, cls: type, attr: str,
         raise HookError(f"{where}: {host.__qualname__} is already woven by a preset; remove that one first.")
 
     def host_method(self: Any, *args: Any, **kwargs: Any) -> Any:
-        entry = _stack("delegates")[-1]
-        result = original(entry[0], *args, **kwargs)
+        entry = _local.delegate  # [the object called, what it returned, the method]
+        result = entry[2](entry[0], *args, **kwargs)
+        if returns is None:
+            return result
         entry[1] = result
-        return result if returns is None else returns(self, result)
+        return returns(self, result)
 
     host_method.__name__ = name
     host_method.__qualname__ = f"{host.__qualname__}.{name}"
     host_method.__doc__ = f"{cls.__qualname__}.{attr}, as join point {event!r} of the {host.__qualname__}."
     host_method.__signature__ = inspect.signature(original)  # type: ignore[attr-defined]
     _set(handle, host, name, host_method)
-    body = stage(handle, host, event, name, **options)
-    outer = vars(host)[name]
+    this = stage(handle, host, event, name, **options)
+    top = vars(host)[name]
 
     layer = _Layer(cls, attr, original)
 
@@ -350,19 +436,19 @@ def routed(handle: PresetHandle, host: type, event: str, cls: type, attr: str,
     def router(obj: Any, *args: Any, **kwargs: Any) -> Any:
         owner = owner_of(obj) if not layer.removed else None
         if not isinstance(owner, host):
-            return original(obj, *args, **kwargs)
-        entry = [obj, _NOTHING]
-        delegates = _stack("delegates")
-        delegates.append(entry)
+            return layer.below(obj, *args, **kwargs)
+        local = _local
+        previous, entry = local.delegate, [obj, _NOTHING, layer.below]
+        local.delegate = entry
         try:
-            result = outer(owner, *args, **kwargs)
+            result = top(owner, *args, **kwargs)
         finally:
-            delegates.pop()
+            local.delegate = previous
         return result if entry[1] is _NOTHING else entry[1]
 
     layer.put(handle, router)
     handle.events[event] = f"{cls.__qualname__}.{attr}"
-    return body
+    return this
 
 
 def target_class(given: Any, base: type, where: str, what: str) -> type:
@@ -381,13 +467,13 @@ def target_class(given: Any, base: type, where: str, what: str) -> type:
 ACCUMULATES = "__hookwrap_accumulation__"  # hookwrap.torch's GradAccumulation reads it
 
 
-def accumulates(handle: PresetHandle, cls: type, optimizer_step: Callable[..., Any], how: str) -> None:
+def accumulates(handle: PresetHandle, cls: type, optimizer_step: Stage, how: str) -> None:
     """Say that the framework accumulates gradients itself (``how``: its setting): on
     the class (callbacks attached to it or its objects) and on the body of its
     ``optimizer_step`` join point (the global tier, ``hookwrap run``), where
     ``GradAccumulation`` reads it and refuses, naming ``how``."""
     _set(handle, cls, ACCUMULATES, how)
-    setattr(optimizer_step, ACCUMULATES, how)
+    setattr(optimizer_step.function, ACCUMULATES, how)
 
 
 def patch(handle: PresetHandle, cls: type, attr: str, make: Callable[[Any, _Layer], Callable[..., Any]]) -> None:

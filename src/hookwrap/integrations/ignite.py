@@ -35,6 +35,7 @@ make them hookable there with ``@hw.hookable``.)
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from ._weaving import PresetHandle, _raw, _set, current_run, routed, stage, stop_while_running, target_class
@@ -84,9 +85,26 @@ def weave(engine: Any = None) -> PresetHandle:
         yield ended.value
         return (yield from ended.gen)
 
+    made: weakref.WeakSet[Any] = weakref.WeakSet()  # engines whose update function the property stored
+
     def hookwrap_step(self: Any, batch: Any) -> Any:
         """The engine's update function (join point ``step``)."""
-        return vars(self)["_process_function"](self, batch)
+        try:
+            update = self._hookwrap_update
+        except AttributeError:  # an engine made before the preset
+            update = vars(self)["_process_function"]
+        return update(self, batch)
+
+    def set_update(self: Any, update: Any) -> None:
+        # An attribute of its own, not the instance dict's _process_function past
+        # the property: reading vars(self) would make CPython drop the engine's
+        # fast attribute access for every self.<name> of ignite's loop.
+        self._hookwrap_update = update
+        made.add(self)
+
+    def give_back_updates() -> None:  # at remove(): engines made meanwhile keep their function
+        for engine in list(made):
+            vars(engine)["_process_function"] = engine.__dict__.pop("_hookwrap_update")
 
     def evaluator_owner(engine: Any) -> Any:
         run = current_run(cls)
@@ -104,8 +122,9 @@ def weave(engine: Any = None) -> PresetHandle:
         _set(handle, cls, "hookwrap_step", hookwrap_step)
         stage(handle, cls, "step", "hookwrap_step", stop=stop)
         step = vars(cls)["hookwrap_step"]
+        handle._undo.append(give_back_updates)
         _set(handle, cls, "_process_function", property(
-            lambda self: step, lambda self, fn: vars(self).__setitem__("_process_function", fn),
+            lambda self: step, set_update,
             doc="The update function, called through join point 'step' (hookwrap.integrations.ignite)."))
     handle.events["epoch"] = f"{cls.__qualname__}._run_once_on_dataset_as_gen"
     handle.events["step"] = f"{cls.__qualname__}._process_function"

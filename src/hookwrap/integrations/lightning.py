@@ -92,8 +92,11 @@ def weave(module: Any = None) -> PresetHandle:
 
     stop = stop_while_running(ask_to_stop)
 
-    def owner(loop: Any) -> Any:
-        return loop.trainer.lightning_module
+    def owner(loop: Any) -> Any:  # loop.trainer.lightning_module, without its two properties' calls
+        try:
+            return loop.trainer._accelerator_connector.strategy._lightning_module
+        except AttributeError:  # another Lightning than the pinned one
+            return loop.trainer.lightning_module
 
     def evaluated(loop: Any) -> Any:  # validation during fit only, as Lightning's EarlyStopping counts it
         trainer = loop.trainer
@@ -119,7 +122,7 @@ def weave(module: Any = None) -> PresetHandle:
         routed(handle, cls, "step", _TrainingEpochLoop, "advance", owner, stop=stop)
         stage(handle, cls, "loss", "training_step", stop=stop, changed=loss_changed)
         stage(handle, cls, "backward", "backward", stop=stop)
-        optimizer_step = stage(handle, cls, "optimizer_step", "optimizer_step", stop=stop)
+        optimizer_step = stage(handle, cls, "optimizer_step", "optimizer_step", stop=stop, substitutable=True)
         accumulates(handle, cls, optimizer_step, ACCUMULATION)  # GradAccumulation refuses, naming it
         routed(handle, cls, "evaluate", _EvaluationLoop, "run", evaluated, returns=metrics, stop=stop)
         _route_manual_steps(handle, cls, LightningOptimizer, optimizer_step)
@@ -200,23 +203,34 @@ def _route_manual_steps(handle: PresetHandle, cls: Any, optimizer_cls: type, opt
     the step itself in place of the method, which never runs (Lightning would not
     call it, and yours may do other things). What ``opt.step()`` returns (the
     closure's output) is what the event returns."""
-    local = threading.local()  # .routing: an opt.step() being routed (a stop may run the method plainly)
+    class Routing(threading.local):
+        now = False  # an opt.step() is being routed (a stop may run the method plainly)
+
+    local = Routing()
+    import lightning.pytorch as pl
+
+    automatic_property = vars(pl.LightningModule)["automatic_optimization"]
 
     def make_step(original: Any, layer: Any) -> Any:
         def step(self: Any, closure: Any = None, **kwargs: Any) -> Any:
+            # Automatic optimization (every step of most runs) returns at the first
+            # plain attribute reads: module._automatic_optimization, not the property.
             strategy = getattr(self, "_strategy", None)
-            module = getattr(strategy, "lightning_module", None)
-            if getattr(local, "routing", False) or layer.removed or not isinstance(module, cls) \
-                    or module.automatic_optimization or not module.trainer.training:
+            module = getattr(strategy, "_lightning_module", None)
+            if not isinstance(module, cls) or local.now or layer.removed:
                 return original(self, closure, **kwargs)
-            trainer, local.routing = module.trainer, True
+            automatic = module._automatic_optimization if type(module).automatic_optimization is automatic_property \
+                else module.automatic_optimization  # a class of its own property
+            if automatic or not module.trainer.training:
+                return original(self, closure, **kwargs)
+            trainer, local.now = module.trainer, True
             entry = instead(optimizer_step, lambda: original(self, closure, **kwargs))
             try:
                 return module.optimizer_step(trainer.current_epoch, trainer.fit_loop.epoch_loop.batch_idx, self,
                                              closure)
             finally:
                 done(entry)
-                local.routing = False
+                local.now = False
         return step
 
     patch(handle, optimizer_cls, "step", make_step)
