@@ -50,10 +50,14 @@ class InstanceCallbackList(list):  # type: ignore[type-arg]
     def _check(self, item: Any) -> Any:
         return check_entry(self._cls, item, f"{self._cls.__qualname__} instance callbacks")
 
-    def _changed(self, items: Iterable[Any] | None = None) -> None:
-        """Have the record drop what the events of ``items`` (None: every event) built."""
+    def _changed(self, items: Iterable[Any] | None = None, added: bool = False) -> None:
+        """Have the record drop what the events of ``items`` (None: every event) built;
+        unless the registration ``added`` them (it keeps its ordering graphs in step),
+        its ordering graphs too."""
         state = self._state
         if state is not None:
+            if not added:
+                state.order_cache.clear()
             for event in [None] if items is None else dict.fromkeys(item.name for item in items):
                 state.changed(event)
 
@@ -135,6 +139,9 @@ class InstanceRecord(HookState):
     def __init__(self, cls: type, callbacks: Iterable[Any] = ()) -> None:
         super().__init__()
         self.cls = cls
+        # (phase, event) -> options.OrderGraph of obj.callbacks' before=/after=, kept by
+        # registration (_registration) while entries are only added by it.
+        self.order_cache: dict[Any, Any] = {}
         record = class_record(cls)
         assert record is not None
         with lock:  # from now on, calls on `cls` instances look for instance state
@@ -152,7 +159,7 @@ class InstanceRecord(HookState):
     def add(self, entries: list[Registration]) -> None:
         """Store entries the registration has checked (not checked again)."""
         list.extend(self.callbacks, entries)
-        self.callbacks._changed(entries)
+        self.callbacks._changed(entries, added=True)
 
     def remove(self, entry: Registration) -> bool:
         i = position(self.callbacks, entry)

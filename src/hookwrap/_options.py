@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence, cast
 from .errors import HookError, add_note_once, closest, safe_repr
 from ._events import CUSTOM, normalize, parse_event
 
-__all__ = ["Gate", "Options", "Registration", "make_options", "order_entries", "process_rank"]
+__all__ = ["Gate", "OrderGraph", "Options", "Registration", "make_options", "order_entries", "process_rank"]
 
 
 def process_rank() -> tuple[int, bool]:
@@ -244,7 +244,9 @@ def options_of(entry: Any) -> Options | None:
 
 
 def _matches(ref: Any, fn: Any) -> bool:
-    """Does an ordering reference (a function, a Callback, a name) name ``fn``?"""
+    """Does an ordering reference (a function, a Callback, a name) name ``fn``? The
+    definition: ``OrderGraph`` answers it for every reference at once through the
+    indexes of ``_match_keys``, never pair by pair."""
     if ref is fn:
         return True
     owner = getattr(fn, "__self__", None)
@@ -264,14 +266,156 @@ def _label(fn: Any) -> str:
     return getattr(fn, "__qualname__", None) or repr(fn)
 
 
+def _match_keys(fn: Any) -> tuple[tuple[Any, ...], tuple[Any, ...], tuple[int, ...]]:
+    """What ordering references name ``fn`` (``_matches``, turned around): the objects
+    a reference may be (``fn``, its ``__self__`` and that one's class, its
+    ``__func__``: kept, so that their ids stay theirs), the names a string
+    reference may be, and those objects' ids. ``_matches(ref, fn)`` holds exactly
+    when ``id(ref)`` is one of the ids, or ``ref`` is a string among the names."""
+    owner = getattr(fn, "__self__", None)
+    func = getattr(fn, "__func__", None)
+    names = [getattr(fn, "__name__", None), getattr(fn, "__qualname__", None)]
+    if owner is None:
+        objects: tuple[Any, ...] = (fn, func)
+    else:
+        objects = (fn, owner, type(owner), func)
+        names.append(type(owner).__name__)
+    return objects, tuple(dict.fromkeys(n for n in names if n is not None and _hashable(n))), \
+        tuple(dict.fromkeys(map(id, objects)))
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:  # a name no string reference can equal in a set of names
+        return False
+    return True
+
+
+class OrderGraph:
+    """The ``before=``/``after=`` graph of a list of entries, built one entry at a time.
+
+    Each entry is a node (numbered in the order added); an edge ``u -> v`` says
+    ``u`` runs before ``v``: ``v`` is named by a ``before=`` reference of ``u``, or
+    ``u`` by an ``after=`` reference of ``v`` (never an entry by its own). Adding an
+    entry costs its own references and the references naming it, through indexes
+    by object identity and by name, not a match of every reference against every
+    entry. ``add`` also says whether the graph stayed acyclic (it was before):
+    only a cycle through the new entry is looked for, and only when something
+    runs both before and after it.
+
+    Registration keeps one per owner and event (``_registration``), so that a
+    registration is checked in time proportional to what it names, not to how
+    many callbacks the event has; ``order_entries`` builds one for its edges.
+    """
+
+    __slots__ = ("token", "keep", "size", "by_id", "by_name", "refs_by_id", "refs_by_name", "succ", "pred")
+
+    def __init__(self) -> None:
+        self.token: Any = None  # what its owner's registrations were when it was last in step
+        self.keep: list[Any] = []  # the entries and what their ids index: held, so ids stay unique
+        self.size = 0
+        self.by_id: dict[int, list[int]] = {}  # id of an object naming a node -> those nodes
+        self.by_name: dict[Any, list[int]] = {}  # a name naming a node -> those nodes
+        self.refs_by_id: dict[int, list[tuple[int, bool]]] = {}  # id of a reference -> (node, before?)
+        self.refs_by_name: dict[Any, list[tuple[int, bool]]] = {}  # a string reference -> the same
+        self.succ: dict[int, set[int]] = {}  # node -> what runs after it
+        self.pred: dict[int, set[int]] = {}  # node -> what runs before it
+
+    def _named(self, ref: Any) -> list[int]:
+        found = self.by_id.get(id(ref), [])
+        if isinstance(ref, str):
+            by_name = self.by_name.get(ref)
+            if by_name:
+                found = found + by_name
+        return found
+
+    def _edge(self, u: int, v: int) -> None:
+        succ = self.succ.get(u)
+        if succ is None:
+            succ = self.succ[u] = set()
+        succ.add(v)
+        pred = self.pred.get(v)
+        if pred is None:
+            pred = self.pred[v] = set()
+        pred.add(u)
+
+    def add(self, entry: Any, fn: Any, check: bool = True) -> bool:
+        """Add ``entry`` (its callback ``fn``); False if it closes a cycle (looked
+        for only if ``check``)."""
+        v = self.size
+        self.size = v + 1
+        objects, names, ids = _match_keys(fn)
+        options = options_of(entry)
+        self.keep.append((entry, objects, options))
+        edge = self._edge
+        # References of earlier entries that name this one.
+        refs_by_id, refs_by_name = self.refs_by_id, self.refs_by_name
+        for key in ids:
+            for u, before in refs_by_id.get(key, ()):
+                if before:
+                    edge(u, v)
+                else:
+                    edge(v, u)
+        for name in names:
+            for u, before in refs_by_name.get(name, ()):
+                if before:
+                    edge(u, v)
+                else:
+                    edge(v, u)
+        by_id, by_name = self.by_id, self.by_name
+        for key in ids:
+            nodes = by_id.get(key)
+            if nodes is None:
+                by_id[key] = [v]
+            else:
+                nodes.append(v)
+        for name in names:
+            nodes = by_name.get(name)
+            if nodes is None:
+                by_name[name] = [v]
+            else:
+                nodes.append(v)
+        # Its own references, to every entry they name (earlier ones; later ones find them).
+        if options is not None and (options.before or options.after):
+            for refs, before in ((options.before, True), (options.after, False)):
+                for ref in refs:
+                    for u in self._named(ref):
+                        if u != v:
+                            if before:
+                                edge(v, u)
+                            else:
+                                edge(u, v)
+                    refs_by_id.setdefault(id(ref), []).append((v, before))
+                    if isinstance(ref, str):
+                        refs_by_name.setdefault(ref, []).append((v, before))
+        if not check or v not in self.succ or v not in self.pred:
+            return True  # nothing runs both before and after it: no cycle through it
+        # Does anything after it lead back to it?
+        succ = self.succ
+        seen = {v}
+        stack = list(succ[v])
+        while stack:
+            u = stack.pop()
+            if u == v:
+                return False
+            if u in seen:
+                continue
+            seen.add(u)
+            stack.extend(succ.get(u, ()))
+        return True
+
+
 def order_entries(entries: Sequence[Any], fn_of: Callable[[Any], Any] = lambda e: e[1]) -> list[Any]:
     """Registration order; ``prepend=True`` ones first (the latest first); then
     ``before=``/``after=``: each entry pulls what must precede it forward, and
     everything else keeps its place. A cycle raises HookError naming it.
 
-    Linear without ordering references (prepend alone); with them, each reference
-    is matched once against every entry, and the placing walks without recursion,
-    so a long chain of ``before=`` neither takes cubic time nor overflows the stack."""
+    Linear without ordering references (prepend alone); with them, linear in the
+    entries and the constraints between them (``OrderGraph`` finds what each
+    reference names by identity or name), and the placing walks without
+    recursion, so a long chain of ``before=`` neither takes quadratic time nor
+    overflows the stack."""
     if not any(options_of(e) is not None for e in entries):
         return list(entries)
     prepended = [e for e in entries if (options_of(e) and options_of(e).prepend)]  # type: ignore[union-attr]
@@ -281,18 +425,11 @@ def order_entries(entries: Sequence[Any], fn_of: Callable[[Any], Any] = lambda e
         return base
     n = len(base)
     fns = [fn_of(e) for e in base]
-    pred: list[set[int]] = [set() for _ in range(n)]  # pred[j]: what must run before j
-    for i, entry in enumerate(base):
-        opts = options_of(entry)
-        if opts is None or not (opts.before or opts.after):
-            continue
-        for j in range(n):
-            if j == i:
-                continue
-            if any(_matches(ref, fns[j]) for ref in opts.before):
-                pred[j].add(i)
-            if any(_matches(ref, fns[j]) for ref in opts.after):
-                pred[i].add(j)
+    graph = OrderGraph()
+    for entry, fn in zip(base, fns):
+        graph.add(entry, fn, check=False)
+    no_pred: set[int] = set()
+    pred = [graph.pred.get(i, no_pred) for i in range(n)]  # pred[j]: what must run before j
     # Depth first, in base order: an entry pulls what must precede it forward,
     # and otherwise everything keeps its place. An explicit stack of (entry, what
     # of its predecessors is left to place).

@@ -63,11 +63,14 @@ class Record:
     ``remove(entry)`` and ``changed(event)``: the one place that invalidates what
     a change of them touches. Callers hold ``lock`` and have checked the entries."""
 
-    __slots__ = ("registrations", "chains", "__weakref__")
+    __slots__ = ("registrations", "chains", "order_cache", "__weakref__")
 
     def __init__(self) -> None:
         self.registrations: list[Any] = []  # options.Registration, in order
         self.chains: dict[Any, Any] = {}  # join point -> Chain
+        # (phase, event) -> options.OrderGraph of those registrations' before=/after=,
+        # kept by registration (_registration) while they are only added to.
+        self.order_cache: dict[Any, Any] = {}
 
     def add(self, entries: list[Any]) -> None:
         self.registrations.extend(entries)
@@ -80,8 +83,14 @@ class Record:
         if i is None:
             return False
         del self.registrations[i]
+        self.forget_order()
         self.changed(entry.name)
         return True
+
+    def forget_order(self) -> None:
+        """Registrations were removed or replaced: the ordering graphs kept from them
+        go (they hold the entries), and are built again at the next registration."""
+        self.order_cache.clear()
 
     def changed(self, event: str | None) -> None:
         """A function join point's registrations changed (it has one event): drop
@@ -163,6 +172,11 @@ class ClassRecord(Record):
 
     def changed(self, event: str | None) -> None:
         changed_class(self.cls, event)
+
+    def forget_order(self) -> None:
+        """A class's graphs cover its whole class tier (its bases' registrations):
+        its subclasses' graphs hold its entries too."""
+        forget_class_order(self.cls)
 
     def refuse_late_changes(self) -> None:
         """A class's ``callbacks`` list and callback methods are read when it is
@@ -291,6 +305,7 @@ def discard_class_record(cls: type) -> None:
         record = cls.__dict__.get(RECORD_ATTR)
         if record is not None:
             record.drop(None)
+            forget_class_order(cls)
             record.registrations.clear()  # they go with it: their handles say so
             type.__delattr__(cls, RECORD_ATTR)
             if STATE_KEY in cls.__dict__ and cls.__dict__[STATE_KEY] is None:  # class_record's
@@ -326,6 +341,17 @@ def changed_class(cls: type, event: str | None, structure: bool = False) -> None
                 record.join_points = None
                 record.own_entries = None
                 record.checked = False
+                record.order_cache.clear()
             dropped.extend(record.drop(event))
         if not structure:  # weaving resets Dynamo instead
             rebuild(dropped)
+
+
+def forget_class_order(cls: type) -> None:
+    """Clear the ordering graphs of ``cls`` and its subclasses (each covers its
+    class tier, which has ``cls``'s entries)."""
+    with lock:
+        for klass in with_subclasses(cls):
+            record = class_record(klass, create=False)
+            if record is not None:
+                record.order_cache.clear()

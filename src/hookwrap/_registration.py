@@ -27,7 +27,7 @@ from ._owners import (
 )
 from .errors import HookError, UnknownEventError, closest, safe_repr
 from ._events import CUSTOM, PHASES, normalize, parse_event
-from ._options import Registration, make_options, order_entries
+from ._options import OrderGraph, Registration, make_options, order_entries
 from ._signature import callable_label
 
 __all__ = ["Handle", "Removable", "register", "register_entries", "register_global"]
@@ -88,46 +88,134 @@ class Handle(Removable):
         return f"<hookwrap.Handle {events or '-'} {state}>"
 
 
-def _check_order(owner: Any, new: list[Registration]) -> None:
-    """Raise if ``new`` beside ``owner``'s entries makes a cycle of before=/after=."""
-    entries = list(owner.registrations) + new
+# What a check left to finish once the entries are stored: (cache, event key, the
+# graph the entries were added to, what its owner's registrations will read as).
+Pending = list[tuple[dict[Any, OrderGraph], Any, OrderGraph, Callable[[], Any]]]
+
+
+def _check_order(owner: Any, new: list[Registration], pending: Pending) -> None:
+    """Raise if ``new`` beside ``owner``'s entries makes a cycle of before=/after=.
+
+    The owner keeps, per event, the graph of its entries' constraints
+    (``owner.order_cache``, an ``OrderGraph`` in step with ``owner.registrations``
+    while it has as many entries: any other change clears it): a new entry is
+    checked against what it names and what names it, not against every entry.
+    The full ``order_entries`` runs only for a cycle, to name it as it always has."""
+    cache: dict[Any, OrderGraph] = owner.order_cache
+    registrations = owner.registrations
     for key in dict.fromkeys((e.phase, e.name) for e in new):
-        order_entries([e for e in entries if (e.phase, e.name) == key])
+        mine = [e for e in new if (e.phase, e.name) == key]
+        graph = cache.get(key)
+        if graph is None or graph.token != len(registrations):
+            cache.pop(key, None)
+            graph = _graph_of([e for e in registrations if (e.phase, e.name) == key], lambda e: e[1])
+        if graph is None or not all([graph.add(e, e[1]) for e in mine]):
+            cache.pop(key, None)
+            order_entries([e for e in list(registrations) + new if (e.phase, e.name) == key])
+            continue  # (order_entries raised: a cycle; never reached)
+        cache[key] = graph
+        pending.append((cache, key, graph, lambda: len(owner.registrations)))
 
 
-def _class_tier_order(cls: type) -> Callable[[Any, list[Registration]], None]:
+def _graph_of(entries: list[Any], fn_of: Callable[[Any], Any]) -> OrderGraph | None:
+    """The constraint graph of ``entries``; None where they make a cycle."""
+    graph = OrderGraph()
+    for entry in entries:
+        graph.add(entry, fn_of(entry), check=False)
+    pred = {node: set(before) for node, before in graph.pred.items()}
+    ready = [node for node in range(graph.size) if node not in pred]
+    placed = 0
+    while ready:  # Kahn: acyclic if every node is placed
+        node = ready.pop()
+        placed += 1
+        for after in graph.succ.get(node, ()):
+            waiting = pred[after]
+            waiting.discard(node)
+            if not waiting:
+                ready.append(after)
+    return graph if placed == graph.size else None
+
+
+def _tier_token(klass: type) -> tuple[Any, ...]:
+    """What ``class_entries(klass)`` is read from: the records of its MRO, each with
+    how many registrations it has and its class-body entries."""
+    token: list[Any] = [klass.__mro__]
+    for base in klass.__mro__:
+        record = class_record(base, create=False)
+        if record is not None:
+            token += (record, len(record.registrations), record.prepared, record.own_entries)
+    return tuple(token)
+
+
+def _same(token: Any, other: Any) -> bool:
+    return token is not None and other is not None and len(token) == len(other) and all(
+        a is b or (type(a) is int and type(b) is int and a == b) for a, b in zip(token, other))
+
+
+def _class_tier_order(cls: type) -> Callable[[Any, list[Registration], Pending], None]:
     """``_check_order`` for a class's registrations, which are ordered within its
     whole class tier: its bases' and its own declared entries and registrations,
     and, for each subclass, that subclass's too. A cycle with any of them is
-    refused now, where every call would raise it."""
-    def check(owner: Any, new: list[Registration]) -> None:
+    refused now, where every call would raise it. Each class keeps the graphs of
+    its whole tier (``record.order_cache``), in step while its ``_tier_token`` is."""
+    def check(owner: Any, new: list[Registration], pending: Pending) -> None:
         keys = dict.fromkeys((r.phase, r.name) for r in new)
         for klass in with_subclasses(cls):
-            if class_record(klass, create=False) is None:
+            record = class_record(klass, create=False)
+            if record is None:
                 continue
-            entries = [e for e in class_entries(klass) if (e.phase, e.event) in keys]
-            for phase, name in keys:
-                order_entries([e for e in entries if (e.phase, e.event) == (phase, name)]
-                              + [r for r in new if (r.phase, r.name) == (phase, name)], lambda e: e.fn)
+            for base in reversed(klass.__mro__):  # as class_entries(klass) would, cached or not
+                base_record = class_record(base, create=False)
+                if base_record is not None and base_record.prepared:
+                    base_record.refuse_late_changes()
+            tier: list[Any] | None = None
+            cache = record.order_cache
+            token = _tier_token(klass)
+            for key in keys:
+                mine = [r for r in new if (r.phase, r.name) == key]
+                graph = cache.get(key)
+                if graph is None or not _same(graph.token, token):
+                    cache.pop(key, None)
+                    if tier is None:
+                        tier = [e for e in class_entries(klass) if (e.phase, e.event) in keys]
+                    graph = _graph_of([e for e in tier if (e.phase, e.event) == key], lambda e: e.fn)
+                if graph is None or not all([graph.add(r, r.fn) for r in mine]):
+                    cache.pop(key, None)
+                    entries = [e for e in class_entries(klass) if (e.phase, e.event) == key]
+                    order_entries(entries + mine, lambda e: e.fn)
+                    continue  # (order_entries raised: a cycle; never reached)
+                cache[key] = graph
+                pending.append((cache, key, graph, lambda klass=klass: _tier_token(klass)))  # type: ignore[misc]
     return check
 
 
 def _add(owner: Any, new: list[Registration],
-         check: Callable[[Any, list[Registration]], None] = _check_order) -> Handle:
+         check: Callable[[Any, list[Registration], Pending], None] = _check_order) -> Handle:
     """Store checked entries on ``owner`` (which invalidates what they change) once
     their ordering is known to hold; return their handle."""
     return _add_all([(owner, new)], check)
 
 
 def _add_all(groups: list[tuple[Any, list[Registration]]],
-             check: Callable[[Any, list[Registration]], None] = _check_order) -> Handle:
+             check: Callable[[Any, list[Registration], Pending], None] = _check_order) -> Handle:
     """``_add`` of several owners' entries, under the lock: their ordering checked
-    first, then all stored, or (a cycle) none."""
+    first, then all stored, or (a cycle) none. The graphs the check grew are kept
+    once the entries are stored, and dropped if anything fails first."""
     with lock:
-        for owner, new in groups:
-            check(owner, new)
-        for owner, new in groups:
-            owner.add(new)
+        pending: Pending = []
+        try:
+            for owner, new in groups:
+                check(owner, new, pending)
+            for owner, new in groups:
+                owner.add(new)
+        except BaseException:
+            for cache, key, graph, _ in pending:
+                if cache.get(key) is graph:
+                    del cache[key]
+            raise
+        for cache, key, graph, token in pending:
+            if cache.get(key) is graph:
+                graph.token = token()
     return Handle([(owner, entry) for owner, new in groups for entry in new])
 
 

@@ -94,6 +94,7 @@ class WeaveHandle(Removable):
                 stored = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
                 woven = join_point_of(stored)
                 if woven is not None and woven.record is not None:  # a function's registrations
+                    woven.record.forget_order()
                     woven.record.registrations.clear()  # go with it, and its handles say so
                     woven.record.changed(None)
                 if not restore:
