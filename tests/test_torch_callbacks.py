@@ -486,7 +486,14 @@ def test_demo_trains_stops_early_and_reports(hw, tmp_path):
     assert len(report["trainer"].history) == report["epochs"]  # the post_evaluate_callback method
     assert (tmp_path / "best.pt").exists() and (tmp_path / "metrics.csv").exists()
     assert report["timer"].count >= report["steps"] and report["plain_step"] > 0
-    assert "overhead" in text and "% of step time" in text
+    # hookwrap's own cost per step, apart from the callbacks' work shown by hand and through hookwrap
+    own_line = next(line for line in lines if line.startswith("hook overhead (hookwrap's own): "))
+    assert "% of step time" in own_line and "written by hand into the same loop" in own_line
+    assert any(line.startswith("callbacks' work (theirs, not hookwrap's): ") for line in lines)
+    costs = report["costs"]
+    assert report["overhead"] == costs.own.value and costs.own.low <= costs.own.value <= costs.own.high
+    assert report["noisy"] == costs.own.noisy and costs.calls == 15 and report["hand_step"] > 0
+    assert any(line.startswith("note: the machine was too noisy") for line in lines) == report["noisy"]
     rates = report["rates"]  # Throughput's last 50-step window of training: batches of 32 (one of 6)
     assert rates["samples_per_sec"] == pytest.approx(32 * rates["steps_per_sec"], rel=0.02)
     assert f"{rates['samples_per_sec']:,.0f} samples/s" in text
