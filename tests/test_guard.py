@@ -120,3 +120,54 @@ def test_a_preset_stage_is_its_join_point_where_nothing_notes_it_runs(hw: Any) -
         trainer.step(2)  # outside a run there is nothing to stop: it propagates
     handle.remove()
     assert trainer.fit() == 1 and not extend.is_join_point(vars(Trainer)["step"])
+
+
+def test_listened_says_whether_a_call_would_run_callbacks(hw: Any) -> None:
+    extend = importlib.import_module("hookwrap.extend")
+
+    class Loop:
+        def step(self, batch: int) -> int:
+            return batch
+
+    extend.weave_only(Loop, "step")
+    listened = extend.listened(vars(Loop)["step"])
+    one, two = Loop(), Loop()
+    assert not listened(one) and not listened(two)
+    handle = hw.before(one, "step", lambda self, batch: batch)
+    assert listened(one) and not listened(two)  # the instance tier: that object only
+    handle.remove()
+    assert not listened(one)
+    hw.before(Loop, "step", lambda self, batch: batch)
+    assert listened(one) and listened(two)  # the class tier: every instance
+    with pytest.raises(hw.HookError, match="not a method join point"):
+        extend.listened(lambda: None)
+
+
+def test_a_routed_call_nobody_listens_to_reaches_the_method_alone(hw: Any) -> None:
+    weaving = importlib.import_module("hookwrap.integrations._weaving")
+    calls: list[str] = []
+
+    class Engine:
+        def backward(self, loss: float) -> float:
+            calls.append("backward")
+            return loss * 2
+
+    class Loop:
+        def __init__(self) -> None:
+            self.engine = Engine()
+            self.engine.loop = self  # type: ignore[attr-defined]
+
+    handle = weaving.PresetHandle("routed")
+    weaving.routed(handle, Loop, "backward", Engine, "backward", lambda engine: getattr(engine, "loop", None))
+    loop = Loop()
+    hooked = vars(Loop)["hookwrap_backward"]
+    assert loop.engine.backward(1.0) == 2.0 and calls == ["backward"]
+    seen: list[float] = []
+    hw.after(loop, "backward", lambda self, loss, return_value: seen.append(return_value) or return_value)
+    assert loop.engine.backward(3.0) == 6.0 and seen == [6.0] and calls == ["backward"] * 2
+    assert extend_listened(hooked)(loop)
+    handle.remove()
+
+
+def extend_listened(value: Any) -> Any:
+    return importlib.import_module("hookwrap.extend").listened(value)

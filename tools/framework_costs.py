@@ -31,8 +31,11 @@ training data's ``__getitem__`` opens at step WARMUP and closes STEPS steps late
 compiled here with the system's C compiler. Imports and start-up are not
 counted, and the garbage collector is off inside the window (whether a
 collection falls into it depends on the allocations before it, and one moves a
-step's count by thousands). torch's own work varies by some hundreds of instructions a step from
-process to process: read small differences as zero.
+step's count by thousands). The framework's own count moves by up to a few
+thousand instructions a step with the process's memory layout (hash tables of
+objects keyed by address): each variant is counted in ``--repeats`` layouts (an
+environment variable of another length each) and the median kept; read
+differences within that spread (printed for each framework alone) as zero.
 
 ``--json docs/performance/framework-costs.json``, then ``python
 tools/perf_tables.py --write docs/performance.md``, for the performance page's
@@ -49,6 +52,7 @@ import gc
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -59,6 +63,7 @@ from typing import Any
 WARMUP, STEPS = 30, 200
 FRAMEWORKS = ("lightning", "ignite", "transformers")
 NATIVE_K, PRESET_K = (1, 8), (0, 1, 8)
+PADS = (0, 17, 41, 73, 111)  # environment padding: one memory layout per repeat
 HOOKS = {  # the framework's hook points, hookwrap's events on the same points
     "lightning": (("on_train_batch_start", "on_train_batch_end", "on_before_backward", "on_after_backward",
                    "on_before_optimizer_step"),
@@ -258,10 +263,12 @@ def run_transformers(window: Window, variant: str, k: int, workdir: Path) -> Non
 RUNS = {"lightning": run_lightning, "ignite": run_ignite, "transformers": run_transformers}
 
 
-def count(framework: str, variant: str, k: int, pure: bool, library: Path) -> float:
-    """Instructions per step of one run, in a process of its own under callgrind."""
+def count(framework: str, variant: str, k: int, pure: bool, library: Path, pad: int = 0) -> float:
+    """Instructions per step of one run, in a process of its own under callgrind;
+    ``pad``: the length of an environment variable, which moves the process's memory
+    layout (and with it the framework's own count, by up to a few thousand a step)."""
     with tempfile.TemporaryDirectory(prefix="hookwrap-framework-costs-") as out:
-        env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
+        env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", "HOOKWRAP_COSTS_PAD": "x" * pad}
         if pure:
             env["HOOKWRAP_NO_EXTENSIONS"] = "1"
         result = subprocess.run(
@@ -284,6 +291,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--only", help="comma-separated frameworks: " + ", ".join(FRAMEWORKS))
     parser.add_argument("--json", help="also write the numbers to this file")
     parser.add_argument("--jobs", type=int, default=2, help="runs at once (2)")
+    parser.add_argument("--repeats", type=int, default=3, choices=range(1, len(PADS) + 1),
+                        help="memory layouts each variant is counted in; the median is kept (3)")
     args = parser.parse_args(argv)
     if args.run:
         import torch
@@ -302,27 +311,33 @@ def main(argv: list[str]) -> None:
     runs = [(f, "none", 0, False) for f in frameworks]
     runs += [(f, "native", k, False) for f in frameworks for k in NATIVE_K]
     runs += [(f, "preset", k, pure) for f in frameworks for pure in (False, True) for k in PRESET_K]
+    pads = PADS[:args.repeats]
     with tempfile.TemporaryDirectory(prefix="hookwrap-framework-costs-") as tmp:
         library = build_helper(Path(tmp))
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            counts = list(pool.map(lambda r: count(*r, library), runs))
+            counts = list(pool.map(lambda r: count(*r[0], library, r[1]), [(r, pad) for r in runs for pad in pads]))
     table: dict[str, dict[str, float]] = {}
-    for (framework, variant, k, pure), n in zip(runs, counts):
+    samples: dict[str, dict[str, list[float]]] = {}
+    for i, (framework, variant, k, pure) in enumerate(runs):
         key = "none" if variant == "none" else f"{variant}{'-pure' if pure else ''} {k}"
-        table.setdefault(framework, {})[key] = n
+        got = counts[i * len(pads):(i + 1) * len(pads)]
+        samples.setdefault(framework, {})[key] = got
+        table.setdefault(framework, {})[key] = statistics.median(got)
     for framework, row in table.items():
         base = row["none"]
-        print(f"{framework}: {base:,.0f} instructions a step alone")
+        spread = samples[framework]["none"]
+        print(f"{framework}: {base:,.0f} instructions a step alone (median of {len(pads)} layouts; "
+              f"{min(spread):,.0f} to {max(spread):,.0f})")
         for key, n in row.items():
             if key != "none":
                 print(f"  {key:<14}{n:>14,.0f}{n - base:>+12,.0f}")
     if args.json:  # what tools/perf_tables.py makes the performance page's table of
         import hookwrap
 
-        meta = {"python": sys.version.split()[0], "window": [WARMUP, STEPS], "hooks": HOOKS,
+        meta = {"python": sys.version.split()[0], "window": [WARMUP, STEPS], "hooks": HOOKS, "layouts": len(pads),
                 "loop": "Linear(32, 8), SGD, batches of 16, on the CPU",
                 "extension_built": hookwrap.USING_EXTENSION}
-        Path(args.json).write_text(json.dumps({**meta, "instructions": table}, indent=1))
+        Path(args.json).write_text(json.dumps({**meta, "instructions": table, "samples": samples}, indent=1))
 
 
 if __name__ == "__main__":

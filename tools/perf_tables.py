@@ -213,14 +213,16 @@ def frameworks_table(costs: dict[str, Any]) -> str:
         def added(key: str) -> str:
             return f"{counts[key] - base:+,.0f}" if key in counts else "not measured"
 
-        rows.append([f"{label}: {base:,.0f} a step alone", f"{native} ({points} hook points)", "",
-                     added("native 1"), added("native 8")])
+        alone = costs["samples"][framework]["none"]
+        rows.append([f"{label}: {base:,.0f} a step alone ({min(alone):,.0f} to {max(alone):,.0f})",
+                     f"{native} ({points} hook points)", "", added("native 1"), added("native 8")])
         for variant, twin in (("preset", "compiled"), ("preset-pure", "pure Python twin")):
             rows.append(["", f"hookwrap preset and `hw.Callback`s, {twin}", added(f"{variant} 0"),
                          added(f"{variant} 1"), added(f"{variant} 8")])
     warmup, steps = costs["window"]
     head = (f"Python {costs['python']}; the model: {costs['loop']}; instructions added a step, counted "
-            f"over {steps} steps after {warmup}:\n\n")
+            f"over {steps} steps after {warmup}, each the median of {costs['layouts']} memory layouts; the "
+            f"framework alone moves within the range given, and so does each figure:\n\n")
     return head + _table(["framework", "callbacks through", "0 callbacks", "1 callback", "8 callbacks"], rows)
 
 

@@ -794,6 +794,20 @@ cdef class JoinPoint(_BindsLikeAFunction):
         """Drop the one-entry cache (it holds its class strongly; see _chains)."""
         self._chain = _NO_CHAIN
 
+    def listened(self, obj):
+        """Would a call of this method on ``obj`` run callbacks? (A mirror of the
+        chain lookup of _join_point_vectorcall, as _fast_py's.)"""
+        cdef Chain chain = self._chain
+        tp = type(obj)
+        if chain.tp is not tp or not chain.valid:
+            chain = self.planner.type_chain(self, tp)
+            self._chain = chain
+        if chain.passthrough:
+            return False
+        if chain.check_state:
+            chain = _instance_chain(self, obj, chain)
+        return not chain.empty
+
     def __set_name__(self, owner, name):
         self.owner = owner
         self.attr_name = name

@@ -287,6 +287,12 @@ class JoinPoint:
         """Drop the one-entry cache (it holds its class strongly; see _chains)."""
         self._chain = _NO_CHAIN
 
+    def listened(self, obj: Any) -> bool:
+        """Would a call of this method on ``obj`` run callbacks? (The chain its
+        dispatch would run; what a caller routing to it skips where none would.)"""
+        chain = _chain_of(self, obj, type(obj))
+        return not (chain.passthrough or chain.empty)
+
     def __set_name__(self, owner: type, name: str) -> None:
         self.owner = owner
         self.attr_name = name
@@ -375,29 +381,8 @@ def _dispatch(jp: JoinPoint, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
         tp = obj if binding == CLASSMETHOD else type(obj)
     else:  # called unbound without an object: let Python report it
         return jp.func(*args, **kwargs)
-    chain = jp._chain
-    if chain.tp is not tp or not chain.valid:
-        chain = jp.planner.type_chain(jp, tp)
-        # The dispatch functions read an instance's state as `obj.__hookwrap__`,
-        # which a class of its own __getattribute__ (a proxy) may answer for
-        # another object: its calls keep to this path.
-        if not chain.own_getattribute:
-            jp._chain = chain
-    if chain.passthrough:
-        return jp.func(*args, **kwargs)
-    if chain.check_state:
-        # The instance's own attribute, as the compiled twin reads it. Its class
-        # holds STATE_KEY = None (see _owners.class_record), so a miss never
-        # reaches a __getattr__ (nn.Module's, or one delegating elsewhere).
-        state = (getattr(obj, STATE_KEY, None) if not chain.own_getattribute
-                 else _OBJECT_GETATTRIBUTE(obj, STATE_KEY))
-        if state is not None:
-            cached = state.chains.get(jp)  # chain_for's hit, inline
-            if cached is not None and cached.valid and cached.base is chain:
-                chain = cached
-            else:
-                chain = state.chain_for(jp, chain)
-    if chain.empty:
+    chain = _chain_of(jp, obj, tp)
+    if chain.passthrough or chain.empty:
         return jp.func(*args, **kwargs)
     if jp.run_wrapped is not None:  # a coroutine or generator: the chain runs inside it
         return jp.run_wrapped(chain, jp.func, obj, list(args), kwargs)
@@ -415,6 +400,31 @@ def _dispatch(jp: JoinPoint, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
         if runner:
             return runner(jp.func, obj, *args, *kwargs.values())
     return _run_owned(chain, jp.func, obj, list(args), kwargs)
+
+
+def _chain_of(jp: JoinPoint, obj: Any, tp: Any) -> Chain:
+    """The chain a call of ``jp`` on ``obj`` (of class ``tp``) runs."""
+    chain = jp._chain
+    if chain.tp is not tp or not chain.valid:
+        chain = jp.planner.type_chain(jp, tp)
+        # The dispatch functions read an instance's state as `obj.__hookwrap__`,
+        # which a class of its own __getattribute__ (a proxy) may answer for
+        # another object: its calls keep to this path.
+        if not chain.own_getattribute:
+            jp._chain = chain
+    if chain.passthrough or not chain.check_state:
+        return chain
+    # The instance's own attribute, as the compiled twin reads it. Its class
+    # holds STATE_KEY = None (see _owners.class_record), so a miss never
+    # reaches a __getattr__ (nn.Module's, or one delegating elsewhere).
+    state = (getattr(obj, STATE_KEY, None) if not chain.own_getattribute
+             else _OBJECT_GETATTRIBUTE(obj, STATE_KEY))
+    if state is None:
+        return chain
+    cached = state.chains.get(jp)  # chain_for's hit, inline
+    if cached is not None and cached.valid and cached.base is chain:
+        return cached  # type: ignore[no-any-return]
+    return state.chain_for(jp, chain)  # type: ignore[no-any-return]
 
 
 def _run_owned(chain: Chain, func: Callable[..., Any], obj: Any, args: list[Any],

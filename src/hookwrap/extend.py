@@ -213,6 +213,7 @@ from typing import Any, Callable
 
 from ._dispatch import join_point_of
 from ._events import PHASES, normalize
+from ._policy import METHOD
 from ._guarded import guarded_runner
 from ._joinpoints import all_join_points, find_join_point, spec_of, target_join_points
 from ._lifecycle import Defers, Ending, boundary, settle_all, track_deferring
@@ -236,6 +237,7 @@ __all__ = [
     "process_rank",
     "boundary",
     "guard",
+    "listened",
     "reader",
     "settle_all",
     "stateful_callbacks",
@@ -390,6 +392,18 @@ def guard(value: Any, guard: Callable[..., Any]) -> None:
         raise HookError(f"hookwrap.extend.guard: the guard must be callable, got {safe_repr(guard)}.")
     jp.run_wrapped = guarded_runner(guard)
     jp.forget_last_chain()
+
+
+def listened(value: Any) -> Callable[[Any], bool]:
+    """For method join point ``value`` (as stored: ``vars(cls)["step"]``): a function
+    ``listened(obj)`` that says whether a call on ``obj`` would run callbacks, as
+    cheaply as the dispatch finds out. For code that reaches the join point through
+    a wrapper of its own (a preset routing a framework's call to it): where nobody
+    listens, it calls the method straight away."""
+    jp = join_point_of(value)
+    if jp is None or jp.binding != METHOD:
+        raise HookError(f"hookwrap.extend.listened: {safe_repr(value)} is not a method join point.")
+    return jp.listened  # type: ignore[no-any-return]
 
 
 def _check_handler(handler: Any, where: str) -> None:

@@ -32,13 +32,14 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import threading
 import weakref
-from types import FunctionType
+from types import FrameType, FunctionType
 from typing import Any, Callable
 
 from .. import load_callback_state
-from ..extend import Removable, guard, is_join_point, stateful_callbacks, weave_only
+from ..extend import Removable, guard, is_join_point, listened, stateful_callbacks, weave_only
 from ..errors import HookError, StopTraining
 
 __all__ = ["ACCUMULATES", "PresetHandle", "Stage", "accumulates", "current_run", "log_event", "patch", "resume_callbacks",
@@ -48,13 +49,12 @@ _STARTED, _DONE, _NOTHING = object(), object(), object()
 
 
 class _Local(threading.local):
-    """Per thread: the stages running that are noted (``active``), the runs
-    (``runs``), what ``instead`` put, and the object a routed call was made on."""
+    """Per thread: the runs (``runs``), what ``instead`` put, and the object a
+    routed call was made on."""
 
     delegate: Any = None
 
     def __init__(self) -> None:
-        self.active: list[Stage] = []
         self.runs: list[Any] = []
         self.instead: list[list[Any]] = []
 
@@ -89,7 +89,10 @@ def stop_while_running(ask: Callable[[Any], None]) -> Callable[[Any, StopTrainin
 
 def current_run(cls: type) -> Any:
     """The innermost owner of class ``cls`` whose ``fit`` runs in this thread, or None."""
-    for owner in reversed(_local.runs):
+    runs = _local.runs
+    if runs and isinstance(runs[-1], cls):  # the usual answer, without an iterator
+        return runs[-1]
+    for owner in reversed(runs):
         if isinstance(owner, cls):
             return owner
     return None
@@ -175,6 +178,10 @@ def _nothing() -> None:
     return None
 
 
+def _always(obj: Any) -> bool:
+    return True
+
+
 def _live_layer(value: Any) -> _Layer | None:
     """The layer whose top ``value`` is, if a preset stored it."""
     layer = getattr(value, "__dict__", {}).get(_LAYER_ATTR) if isinstance(value, FunctionType) or \
@@ -240,14 +247,26 @@ class _Layer:
 class Stage:
     """What ``stage`` returns: names the stage to ``within=``, ``instead`` and
     ``accumulates``. ``function``: what its join point calls (a copy of the method, or
-    the body that can run a substitute in its place); ``tracked``: whether a call
-    of it is known while it runs (a ``within=`` of another stage reads that)."""
+    the body that can run a substitute in its place); ``code``: the method's code,
+    which a frame of it runs."""
 
-    __slots__ = ("function", "tracked")
+    __slots__ = ("code", "function")
 
-    def __init__(self, tracked: bool) -> None:
+    def __init__(self, code: Any) -> None:
+        self.code = code
         self.function: Any = None
-        self.tracked = tracked
+
+    def runs(self) -> bool:
+        """Is a call of this stage running in this thread (a frame of its code is on
+        the stack)? Asked only where a callback is to run (``within=``), so a stage
+        costs nothing to note."""
+        frame: FrameType | None = sys._getframe(1)
+        code = self.code
+        while frame is not None:
+            if frame.f_code is code:
+                return True
+            frame = frame.f_back
+        return False
 
 
 def _copy(fn: FunctionType) -> FunctionType:
@@ -291,19 +310,18 @@ def done(entry: list[Any]) -> None:
 def stage(handle: PresetHandle, cls: type, event: str, attr: str, *,
           stop: Callable[[Any, StopTraining], bool] | None = None, fit: bool = False,
           within: Stage | None = None, changed: Callable[[Any, Any, Any], None] | None = None,
-          tracked: bool = False, substitutable: bool = False) -> Stage:
+          substitutable: bool = False) -> Stage:
     """Make ``cls.attr`` join point ``event``. ``stop(owner, exc)`` asks the framework
     to stop (False: it cannot, as outside a run; the exception propagates). ``fit``:
-    this stage is the run. ``within``: fire only while that stage (``tracked``) runs
-    in this thread; other calls run the original without callbacks. ``changed(owner,
+    this stage is the run. ``within``: fire only while that stage runs in this
+    thread; other calls run the original without callbacks. ``changed(owner,
     original, result)``: called when the callbacks returned another value than the
     original did (to refuse a change the framework would never see).
     ``substitutable``: ``instead`` may run something else in the method's place.
 
     All of that is needed only when callbacks run, so it is the join point's guard
     (``hookwrap.extend.guard``): a call with none costs the dispatch alone. Only a
-    run (``fit``) or a ``tracked`` stage keeps a wrapper of its own, which notes that
-    it runs."""
+    run (``fit``) keeps a wrapper of its own, which notes that its owner runs."""
     where = f"hookwrap.integrations: {handle.description}"
     fn = _raw(cls, attr, where)
     if is_join_point(fn):
@@ -311,9 +329,7 @@ def stage(handle: PresetHandle, cls: type, event: str, attr: str, *,
                         f"hookwrap.weave); remove that handle first, or weave once.")
     if not isinstance(fn, FunctionType):
         raise HookError(f"{where}: {cls.__qualname__}.{attr} is a {type(fn).__name__}, not a method.")
-    if within is not None and not within.tracked:
-        raise HookError(f"{where}: within= names a stage made without tracked=True: nothing notes that it runs.")
-    this = Stage(tracked or fit)
+    this = Stage(fn.__code__)
     layer = _Layer(cls, attr, fn)
     this.function = _substitutable(fn, this) if substitutable else _copy(fn)
     _set(handle, cls, attr, this.function, layer)
@@ -325,7 +341,7 @@ def stage(handle: PresetHandle, cls: type, event: str, attr: str, *,
 
     def guarded(run: Callable[[Callable[..., Any]], Any], func: Callable[..., Any], obj: Any,
                 args: list[Any], kwargs: dict[str, Any]) -> Any:
-        if layer.removed or (within is not None and within not in _local.active):
+        if layer.removed or (within is not None and not within.runs()):
             return func(*args, **kwargs)
         given = (tuple(args), dict(kwargs)) if stop is not None else None  # callbacks may change them
         ran: list[Any] = [None, None]  # _STARTED or _DONE, and what it returned
@@ -352,8 +368,8 @@ def stage(handle: PresetHandle, cls: type, event: str, attr: str, *,
         return result
 
     guard(woven, guarded)
-    if this.tracked:
-        outer = _noting(layer, fn, woven, this, fit)
+    if fit:
+        outer = _noting(layer, fn, woven)
         outer.__wrapped__ = _shim(fn, woven)  # type: ignore[attr-defined]
         layer.put(handle, outer)
     else:
@@ -362,29 +378,24 @@ def stage(handle: PresetHandle, cls: type, event: str, attr: str, *,
     return this
 
 
-def _noting(layer: _Layer, fn: Callable[..., Any], woven: Any, this: Stage, fit: bool) -> Callable[..., Any]:
-    """The wrapper of a tracked stage: notes that it runs (``within=``) in this thread,
-    and, for a run (``fit``), that its owner runs (``running``, ``current_run``)."""
+def _noting(layer: _Layer, fn: Callable[..., Any], woven: Any) -> Callable[..., Any]:
+    """The wrapper of a run (``fit``): notes that its owner runs (``running``,
+    ``current_run``) in this thread."""
 
     @functools.wraps(woven)
     def outer(self: Any, *args: Any, **kwargs: Any) -> Any:
         if layer.removed:
             return fn(self, *args, **kwargs)
-        active = _local.active
-        active.append(this)
-        if fit:
-            runs = _local.runs
-            runs.append(self)
-            _running[id(self)] = _running.get(id(self), 0) + 1
+        runs = _local.runs
+        runs.append(self)
+        _running[id(self)] = _running.get(id(self), 0) + 1
         try:
             return woven(self, *args, **kwargs)
         finally:
-            active.pop()
-            if fit:
-                runs.pop()
-                _running[id(self)] -= 1
-                if not _running[id(self)]:
-                    del _running[id(self)]
+            runs.pop()
+            _running[id(self)] -= 1
+            if not _running[id(self)]:
+                del _running[id(self)]
 
     return outer
 
@@ -429,13 +440,16 @@ def routed(handle: PresetHandle, host: type, event: str, cls: type, attr: str,
     _set(handle, host, name, host_method)
     this = stage(handle, host, event, name, **options)
     top = vars(host)[name]
+    # Where no callback would run, the original is called straight away; a run
+    # (fit) always goes through its wrapper, which notes that it runs.
+    heard = _always if options.get("fit") else listened(top)
 
     layer = _Layer(cls, attr, original)
 
     @functools.wraps(original)
     def router(obj: Any, *args: Any, **kwargs: Any) -> Any:
         owner = owner_of(obj) if not layer.removed else None
-        if not isinstance(owner, host):
+        if not isinstance(owner, host) or not heard(owner):
             return layer.below(obj, *args, **kwargs)
         local = _local
         previous, entry = local.delegate, [obj, _NOTHING, layer.below]

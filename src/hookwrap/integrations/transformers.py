@@ -79,7 +79,7 @@ def weave(trainer: Any = None) -> PresetHandle:
     with handle.building():
         stage(handle, cls, "fit", "train", fit=True)
         stage(handle, cls, "epoch", "_run_epoch", stop=stop)
-        step = stage(handle, cls, "step", "training_step", stop=stop, tracked=True)
+        step = stage(handle, cls, "step", "training_step", stop=stop)
         stage(handle, cls, "loss", "compute_loss", stop=stop, within=step)
         routed(handle, cls, "backward", Accelerator, "backward", accelerator_owner, stop=stop)
         optimizer_step = routed(handle, cls, "optimizer_step", AcceleratedOptimizer, "step", optimizer_owner, stop=stop)
