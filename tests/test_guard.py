@@ -12,7 +12,7 @@ import pytest
 
 def _woven(hw: Any) -> tuple[type, list[Any]]:
     extend = importlib.import_module("hookwrap.extend")
-    guarded: list[Any] = []
+    stops: list[Any] = []
 
     class Loop:
         def step(self, batch: int, scale: int = 1) -> int:
@@ -20,51 +20,85 @@ def _woven(hw: Any) -> tuple[type, list[Any]]:
 
     extend.weave_only(Loop, "step")
 
-    def guard(run: Any, func: Any, obj: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
-        guarded.append((obj, list(args), dict(kwargs)))
-        try:
-            return run(lambda *a, **k: func(*a, **k) + 1000)  # in place of the function
-        except hw.StopTraining:
-            return -1
+    def stopped(obj: Any, exc: Any, ran: int, result: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        stops.append((ran, result, args, kwargs))
+        return -1 if ran != extend.DONE else result
 
-    extend.guard(vars(Loop)["step"], guard)
-    return Loop, guarded
+    extend.guard(vars(Loop)["step"], stopped)
+    return Loop, stops
 
 
-def test_the_guard_runs_only_when_callbacks_do(hw: Any) -> None:
-    Loop, guarded = _woven(hw)
+def test_the_guard_hears_of_a_stop_with_how_far_the_function_got(hw: Any) -> None:
+    extend = importlib.import_module("hookwrap.extend")
+    Loop, stops = _woven(hw)
     loop, other = Loop(), Loop()
-    assert loop.step(2) == 2 and guarded == []  # nothing to run: the function alone
-    hw.before(loop, "step", lambda self, batch: batch + 1)
-    seen: list[int] = []
-    hw.after(loop, "step", lambda self, return_value: seen.append(return_value) or return_value)
-    assert loop.step(2, scale=3) == 1009  # pre changed batch, the guard's function ran, post saw it
-    assert seen == [1009] and guarded == [(loop, [loop, 2], {"scale": 3})]
-    assert other.step(2) == 2 and len(guarded) == 1  # another instance, no callbacks
+    assert loop.step(2) == 2 and stops == []  # nothing to run: the function alone
+
+    def stop_before(self: Any, batch: int) -> int:
+        raise hw.StopTraining("before")
+
+    handle = hw.before(loop, "step", stop_before)
+    assert loop.step(2, scale=3) == -1
+    assert stops == [(extend.NOT_STARTED, None, (loop, 2), {"scale": 3})]  # the call's own arguments
+    handle.remove()
+    hw.before(loop, "step", lambda self, batch: batch + 1)  # changes the argument
+
+    def stop_after(self: Any, return_value: int) -> int:
+        raise hw.StopTraining("after")
+
+    hw.after(loop, "step", stop_after)
+    assert loop.step(2, scale=3) == 9  # the function ran, with the changed batch: its result
+    assert stops[-1] == (extend.DONE, 9, (loop, 2), {"scale": 3})
+    assert other.step(2) == 2 and len(stops) == 2  # another instance, no callbacks
 
 
-def test_the_guard_sees_a_callbacks_stop_and_error_callbacks_run(hw: Any) -> None:
-    Loop, guarded = _woven(hw)
+def test_a_stop_midway_and_the_guards_other_parts(hw: Any) -> None:
+    extend = importlib.import_module("hookwrap.extend")
+    seen: list[Any] = []
+
+    class Loop:
+        def step(self, batch: int) -> int:
+            if batch < 0:
+                raise hw.StopTraining("inside")
+            return batch
+
+    extend.weave_only(Loop, "step")
+
+    def stopped(obj: Any, exc: Any, ran: int, result: Any, args: Any, kwargs: Any) -> Any:
+        seen.append(("stopped", ran))
+        raise exc
+
+    extend.guard(vars(Loop)["step"], stopped, admit=lambda obj: obj.admitted,
+                 changed=lambda obj, original, result: seen.append(("changed", original, result)))
     loop = Loop()
+    loop.admitted = True  # type: ignore[attr-defined]
     errors: list[str] = []
-
-    def stop(self: Any) -> None:
-        raise hw.StopTraining("enough")
-
-    hw.before(loop, "step", stop)
     hw.on_error(loop, "step", lambda self, exception: errors.append(type(exception).__name__))
-    assert loop.step(1) == -1 and errors == []  # a StopTraining is no failure
+    with pytest.raises(hw.StopTraining, match="inside"):
+        loop.step(-1)
+    assert seen == [("stopped", extend.STARTED)] and errors == []  # a StopTraining is no failure
+    hw.after(loop, "step", lambda self, return_value: return_value * 10)
+    assert loop.step(2) == 20 and seen[-1] == ("changed", 2, 20)
+    loop.admitted = False  # type: ignore[attr-defined]
+    assert loop.step(2) == 2 and len(seen) == 2  # not admitted: the function alone
 
 
 def test_around_advice_runs_inside_the_guard(hw: Any) -> None:
-    Loop, guarded = _woven(hw)
+    Loop, stops = _woven(hw)
     loop = Loop()
 
     def twice(self: Any, proceed: Any, batch: int, scale: int = 1) -> int:
         return proceed(batch, scale) * 2
 
     hw.around(loop, "step", twice)
-    assert loop.step(3) == 2006 and len(guarded) == 1
+    assert loop.step(3) == 6 and stops == []
+
+    def stop(self: Any, proceed: Any, batch: int, scale: int = 1) -> int:
+        proceed(batch, scale)
+        raise hw.StopTraining("after proceed")
+
+    hw.around(loop, "step", stop)
+    assert loop.step(3) == 3 and stops[-1][0] == importlib.import_module("hookwrap.extend").DONE
 
 
 def test_guard_refuses_what_cannot_take_one(hw: Any) -> None:
@@ -82,9 +116,11 @@ def test_guard_refuses_what_cannot_take_one(hw: Any) -> None:
         extend.guard(lambda: None, lambda *a: None)
     with pytest.raises(hw.HookError, match="coroutine or generator"):
         extend.guard(vars(Loop)["batches"], lambda *a: None)
-    with pytest.raises(hw.HookError, match="must be callable"):
+    with pytest.raises(hw.HookError, match="stopped must be callable"):
         extend.guard(vars(Loop)["step"], 3)
-    extend.guard(vars(Loop)["step"], lambda run, func, obj, args, kwargs: run(func))
+    with pytest.raises(hw.HookError, match="admit must be callable"):
+        extend.guard(vars(Loop)["step"], lambda *a: None, admit=3)
+    extend.guard(vars(Loop)["step"], lambda *a: None)
     with pytest.raises(hw.HookError, match="has a guard already"):
         extend.guard(vars(Loop)["step"], lambda *a: None)
 

@@ -119,6 +119,9 @@ cdef enum:
     C_POST = 1
     C_AROUND = 2
     C_ERROR = 3
+    C_NOT_STARTED = 0
+    C_STARTED = 1
+    C_DONE = 2
     MAX_STACK = 32
 
 
@@ -132,6 +135,7 @@ def pinned_constants():
         "EXCEPTION": C_EXCEPTION, "PRE": C_PRE, "POST": C_POST, "AROUND": C_AROUND,
         "ERROR": C_ERROR, "MAX_CALLBACK_ARGS": MAX_STACK - 1,  # the C array also holds the object
         "SLOT_DEFAULT": SLOT_DEFAULT, "SLOT_RESULT": SLOT_RESULT,
+        "NOT_STARTED": C_NOT_STARTED, "STARTED": C_STARTED, "DONE": C_DONE,
     }
 
 
@@ -692,13 +696,44 @@ cdef object _join_point_vectorcall(JoinPoint self, PyObject **args, size_t nargs
         chain = _instance_chain(self, <object>obj, chain)
     if chain.empty:
         return PyObject_Vectorcall(self.func, args, nargsf, kwnames)
-    return _run_chain(self, chain, <object>obj, args, nargs, kwnames)
+    if self.guard is not None:
+        return _run_guarded(self, chain, <object>obj, args, nargs, kwnames)
+    return _run_chain(self, chain, self.func, <object>obj, args, nargs, kwnames)
 
 
-cdef object _run_chain(JoinPoint self, Chain chain, object obj, PyObject **args, Py_ssize_t nargs,
-                       PyObject *kwnames):
-    """Run ``chain`` around the call. (Its own function: the references it holds
-    would cost the calls with nothing to run their set-up.)"""
+cdef class _Recorder  # defined below, after its base
+
+
+cdef object _run_guarded(JoinPoint self, Chain chain, object obj, PyObject **args, Py_ssize_t nargs,
+                         PyObject *kwnames):
+    """_fast_py._run_guarded in C: the chain around a recorder of the function; a
+    StopTraining goes to the guard's ``stopped``, with how far the function got and
+    the call's own arguments; ``changed`` hears of a result the callbacks replaced."""
+    cdef _Recorder recorder
+    cdef Py_ssize_t i
+    guard = self.guard
+    if guard.admit is not None and not guard.admit(obj):
+        return PyObject_Vectorcall(self.func, args, nargs, kwnames)
+    recorder = _Recorder.__new__(_Recorder)
+    recorder.func = self.func
+    try:
+        result = _run_chain(self, chain, recorder, obj, args, nargs, kwnames)
+    except _StopTraining as exc:
+        given = tuple([<object>args[i] for i in range(nargs)])
+        given_kwargs = {}
+        if kwnames is not NULL:
+            for i in range(len(<tuple>kwnames)):
+                given_kwargs[(<tuple>kwnames)[i]] = <object>args[nargs + i]
+        return guard.stopped(obj, exc, recorder.ran, recorder.result, given, given_kwargs)
+    if guard.changed is not None and recorder.ran == C_DONE and result is not recorder.result:
+        guard.changed(obj, recorder.result, result)
+    return result
+
+
+cdef object _run_chain(JoinPoint self, Chain chain, object func, object obj, PyObject **args,
+                       Py_ssize_t nargs, PyObject *kwnames):
+    """Run ``chain`` around the call of ``func``. (Its own function: the references
+    it holds would cost the calls with nothing to run their set-up.)"""
     cdef Py_ssize_t i, nkw
     cdef _ShapePlan plan
     cdef list call_args
@@ -717,7 +752,7 @@ cdef object _run_chain(JoinPoint self, Chain chain, object obj, PyObject **args,
             else:  # a shape past MAX_CALL_SHAPES: the general path, keeping nothing
                 plan = _UNPLANNED
         if plan.fit:
-            return _run_fast(plan, self.func, obj, args, nargs, kwnames)
+            return _run_fast(plan, func, obj, args, nargs, kwnames)
     # Callbacks to run: take the arguments into a list and a dict they may rewrite.
     call_args = [<object>args[i] for i in range(nargs)]
     call_kwargs = {}
@@ -726,8 +761,8 @@ cdef object _run_chain(JoinPoint self, Chain chain, object obj, PyObject **args,
         for i in range(nkw):
             call_kwargs[(<tuple>kwnames)[i]] = <object>args[nargs + i]
     if self.run_wrapped is not None:  # a coroutine or generator: the chain runs inside it
-        return self.run_wrapped(chain, self.func, obj, call_args, call_kwargs)
-    return _run_owned(chain, self.func, obj, call_args, call_kwargs)
+        return self.run_wrapped(chain, func, obj, call_args, call_kwargs)
+    return _run_owned(chain, func, obj, call_args, call_kwargs)
 
 
 cdef class _Vectorcalled:
@@ -755,6 +790,28 @@ cdef class _BindsLikeAFunction(_Vectorcalled):
 
 
 @cython.final
+cdef class _Recorder(_Vectorcalled):
+    """What a guarded join point's chain calls in place of its function: calls it,
+    and keeps how far it got and what it returned, for the guard."""
+
+    cdef object func
+    cdef int ran
+    cdef object result
+
+    def __cinit__(self, *args, **kwargs):
+        self.vectorcall = <void *>_recorder_vectorcall
+        self.ran = C_NOT_STARTED
+
+
+cdef object _recorder_vectorcall(_Recorder self, PyObject **args, size_t nargsf, PyObject *kwnames):
+    self.ran = C_STARTED
+    result = PyObject_Vectorcall(self.func, args, nargsf, kwnames)
+    self.ran = C_DONE
+    self.result = result
+    return result
+
+
+@cython.final
 cdef class JoinPoint(_BindsLikeAFunction):
     """A hookable function or method: a descriptor that dispatches its callbacks."""
 
@@ -766,6 +823,7 @@ cdef class JoinPoint(_BindsLikeAFunction):
     cdef public object attr_name
     cdef public bint is_async
     cdef public object run_wrapped  # see the planner's wrapped_runner
+    cdef public object guard  # _guarded.Guard: what runs around its callbacks, when they run
     cdef public object planner
     cdef public object spec  # its parameters, read once (signature.JoinPointSpec)
     cdef public object record  # registrations on this function itself (_owners.Record)
@@ -832,6 +890,7 @@ def as_attribute(JoinPoint jp):
 
 
 hookwrap_enable_vectorcall(<PyTypeObject *>JoinPoint, _VECTORCALL_OFFSET, True)
+hookwrap_enable_vectorcall(<PyTypeObject *>_Recorder, _VECTORCALL_OFFSET, False)
 
 
 cdef object _pure_copy = None  # _traced.pure_chain, handed in by show_python_twins

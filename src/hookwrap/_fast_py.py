@@ -22,6 +22,7 @@ from typing import Any, Callable
 from . import _codegen
 from ._policy import (
     CLASSMETHOD,
+    DONE,
     ERROR,
     FUNCTION,
     JOIN_POINT_ATTR,
@@ -29,12 +30,14 @@ from ._policy import (
     MAX_CALL_SHAPES,
     METHOD,
     MISSING,
+    NOT_STARTED,
     POS_ONLY,
     POS_OR_KW,
     POST,
     PRE,
     RECORD_ATTR,
     RETURN_VALUE,
+    STARTED,
     STATE_KEY,
     VAR_POS,
     EmitStep,
@@ -260,7 +263,7 @@ class JoinPoint:
     """
 
     __slots__ = ("func", "event", "explicit_event", "binding", "owner", "attr_name",
-                 "is_async", "run_wrapped", "planner", "spec", "record", "_chain", "_dispatch", "_codes",
+                 "is_async", "run_wrapped", "guard", "planner", "spec", "record", "_chain", "_dispatch", "_codes",
                  "__dict__", "__weakref__")
 
     def __init__(self, func: Callable[..., Any], event: str | None, binding: int,
@@ -275,6 +278,7 @@ class JoinPoint:
         self.attr_name: str | None = None
         self.is_async = inspect.iscoroutinefunction(func)
         self.run_wrapped = planner.wrapped_runner(func)  # a coroutine or generator's, else None
+        self.guard: Any = None  # _guarded.Guard: what runs around its callbacks, when they run
         self.planner = planner
         self.spec: Any = None  # its parameters, read once (signature.JoinPointSpec)
         self.record: Any = None  # registrations on this function itself (_owners.Record)
@@ -381,9 +385,26 @@ def _dispatch(jp: JoinPoint, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
         tp = obj if binding == CLASSMETHOD else type(obj)
     else:  # called unbound without an object: let Python report it
         return jp.func(*args, **kwargs)
-    chain = _chain_of(jp, obj, tp)
-    if chain.passthrough or chain.empty:
+    chain = jp._chain
+    if chain.tp is not tp or not chain.valid:
+        chain = jp.planner.type_chain(jp, tp)
+        if not chain.own_getattribute:  # see _chain_of
+            jp._chain = chain
+    if chain.passthrough:
         return jp.func(*args, **kwargs)
+    if chain.check_state:  # _chain_of's, inline: this is every call's path
+        state = (getattr(obj, STATE_KEY, None) if not chain.own_getattribute
+                 else _OBJECT_GETATTRIBUTE(obj, STATE_KEY))
+        if state is not None:
+            cached = state.chains.get(jp)
+            if cached is not None and cached.valid and cached.base is chain:
+                chain = cached
+            else:
+                chain = state.chain_for(jp, chain)
+    if chain.empty:
+        return jp.func(*args, **kwargs)
+    if jp.guard is not None:
+        return _run_guarded(jp.guard, chain, jp.func, obj, args, kwargs)
     if jp.run_wrapped is not None:  # a coroutine or generator: the chain runs inside it
         return jp.run_wrapped(chain, jp.func, obj, list(args), kwargs)
     if not kwargs:
@@ -403,7 +424,8 @@ def _dispatch(jp: JoinPoint, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
 
 
 def _chain_of(jp: JoinPoint, obj: Any, tp: Any) -> Chain:
-    """The chain a call of ``jp`` on ``obj`` (of class ``tp``) runs."""
+    """The chain a call of ``jp`` on ``obj`` (of class ``tp``) runs (``_dispatch``
+    has it inline: a call there pays no extra frame)."""
     chain = jp._chain
     if chain.tp is not tp or not chain.valid:
         chain = jp.planner.type_chain(jp, tp)
@@ -425,6 +447,33 @@ def _chain_of(jp: JoinPoint, obj: Any, tp: Any) -> Chain:
     if cached is not None and cached.valid and cached.base is chain:
         return cached  # type: ignore[no-any-return]
     return state.chain_for(jp, chain)  # type: ignore[no-any-return]
+
+
+def _run_guarded(guard: Any, chain: Chain, func: Callable[..., Any], obj: Any, args: tuple[Any, ...],
+                 kwargs: dict[str, Any]) -> Any:
+    """The chain of a guarded join point (``_guarded.Guard``) around a recorder of
+    its function: a StopTraining goes to ``guard.stopped`` with how far the function
+    got (NOT_STARTED, STARTED, DONE), what it returned and the call's own arguments;
+    ``guard.changed`` hears of a result the callbacks replaced. ``admit``: whether
+    the callbacks run at all. (Mirrored in C by _fast._run_guarded.)"""
+    if guard.admit is not None and not guard.admit(obj):
+        return func(*args, **kwargs)
+    given_kwargs = dict(kwargs)  # the callbacks may rewrite the one they get
+    state: list[Any] = [NOT_STARTED, None]
+
+    def recorder(*args: Any, **kwargs: Any) -> Any:
+        state[0] = STARTED
+        result = func(*args, **kwargs)
+        state[0], state[1] = DONE, result
+        return result
+
+    try:
+        result = _run_owned(chain, recorder, obj, list(args), kwargs)
+    except _StopTraining as exc:
+        return guard.stopped(obj, exc, state[0], state[1], tuple(args), given_kwargs)
+    if guard.changed is not None and state[0] == DONE and result is not state[1]:
+        guard.changed(obj, state[1], result)
+    return result
 
 
 def _run_owned(chain: Chain, func: Callable[..., Any], obj: Any, args: list[Any],

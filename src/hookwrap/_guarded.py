@@ -1,53 +1,34 @@
-"""A join point whose callbacks run inside a guard (``hookwrap.extend.guard``).
+"""What runs around a join point's callbacks, when they run (``hookwrap.extend.guard``).
 
-The dispatch calls a join point's ``run_wrapped`` only when callbacks are to run
-(the chain is not empty); with none it calls the function itself, at the cost of
-the dispatch alone. A preset uses that: what it adds around a framework's stage
-(catch ``StopTraining`` and stop the framework's way, refuse a change the
-framework would never see) is only needed when a callback runs, so it goes there,
-and a stage nobody listens to costs what a join point costs. The chain runs as
-every path runs it (``_policy.run_steps``, ``call_around``), in both twins."""
+The dispatch runs a chain only when callbacks are to run; with none it calls the
+function itself, at the cost of the dispatch alone. A preset uses that: what it
+adds around a framework's stage (catch ``StopTraining`` and stop the framework's
+way, refuse a change the framework would never see) is only needed when a
+callback runs, so it is the join point's ``guard``, which both twins read only
+on that path (``_fast._run_guarded`` and its mirror ``_fast_py._run_guarded``):
+the chain runs around a recorder of the function, in the twin's own runner, and
+the guard's functions are called only when their case comes."""
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from ._dispatch import call_around
-from ._policy import run_steps
-from .errors import StopTraining
+from ._policy import DONE, NOT_STARTED, STARTED
 
-__all__ = ["guarded_runner", "is_guarded", "run_chain"]
+__all__ = ["DONE", "Guard", "NOT_STARTED", "STARTED"]
 
 
-def run_chain(chain: Any, func: Callable[..., Any], obj: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
-    """The chain's callbacks around ``func(*args, **kwargs)``: pre, around, the call,
-    post; error callbacks on an exception (not on a StopTraining)."""
-    try:
-        run_steps(chain.pre, obj, args, kwargs, None)
-        if chain.around:
-            result = call_around(chain.around, 0, func, obj,
-                                 tuple(args[1:] if chain.around[0].pass_obj else args), kwargs)
-        else:
-            result = func(*args, **kwargs)
-        return run_steps(chain.post, obj, args, kwargs, result)
-    except Exception as exc:
-        if chain.error and not isinstance(exc, StopTraining):
-            run_steps(chain.error, obj, args, kwargs, exc)
-        raise
+class Guard:
+    """``stopped(obj, exc, ran, result, args, kwargs)``: a callback of the call raised
+    StopTraining ``exc``; ``ran`` says how far the function got (NOT_STARTED,
+    STARTED: interrupted midway, DONE: ``result`` is what it returned), ``args`` and
+    ``kwargs`` are the call's own (``args[0]`` the object). It returns what the
+    call returns, or raises. ``admit(obj)`` (optional): False runs the function
+    alone, without callbacks. ``changed(obj, original, result)`` (optional): the
+    callbacks returned another value than the function did."""
 
+    __slots__ = ("admit", "changed", "stopped")
 
-def guarded_runner(guard: Callable[..., Any]) -> Callable[..., Any]:
-    """A join point's ``run_wrapped``: ``guard(run, func, obj, args, kwargs)``, where
-    ``run(f)`` runs the call's callbacks around ``f`` in place of ``func``."""
-
-    def run_guarded(chain: Any, func: Callable[..., Any], obj: Any, args: list[Any],
-                    kwargs: dict[str, Any]) -> Any:
-        return guard(lambda f: run_chain(chain, f, obj, args, kwargs), func, obj, args, kwargs)
-
-    run_guarded.guarded = True  # type: ignore[attr-defined]
-    return run_guarded
-
-
-def is_guarded(jp: Any) -> bool:
-    """Does ``jp`` run its chain in a guard (its call runs it, as a plain function's)?"""
-    return getattr(jp.run_wrapped, "guarded", False)
+    def __init__(self, stopped: Callable[..., Any], admit: Callable[[Any], bool] | None = None,
+                 changed: Callable[[Any, Any, Any], None] | None = None) -> None:
+        self.stopped, self.admit, self.changed = stopped, admit, changed

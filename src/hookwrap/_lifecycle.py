@@ -40,20 +40,13 @@ from typing import Any, Callable, NamedTuple
 from ._events import CUSTOM, normalize, parse_event
 from ._describe import describe
 from ._dispatch import join_point_of
-from ._guarded import is_guarded
 from ._joinpoints import all_join_points, target_join_points
 from ._reader import per_join_point, reader
 from ._registration import Handle
 from .errors import StopTraining
 
-
 __all__ = ["Defers", "Ending", "SettlingHandle", "boundary", "deferring_callbacks", "is_boundary",
            "settle_all", "settle_attached", "settling", "track_deferring"]
-
-
-def _runs_later(jp: Any) -> bool:
-    """A coroutine's or generator's join point: its call returns before it runs."""
-    return jp.run_wrapped is not None and not is_guarded(jp)
 
 
 class Ending(NamedTuple):
@@ -169,12 +162,12 @@ class Defers:
         else:
             # Not `init`: an object being made holds nothing deferred yet.
             found = {name: [jp] for name, jp in target_join_points(target).items() if name != "init"}
-            if run in found and not _runs_later(found[run][0]):
+            if run in found and found[run][0].run_wrapped is None:
                 found = {run: found[run]}  # a sync fit: its end alone (calls inside it are nested)
         advice: list[tuple[str, Callable[..., Any]]] = []
         for name, jps_named in sorted(found.items()):
             event, at_run = jps_named[0].event, name == run
-            if any(_runs_later(jp) for jp in jps_named):
+            if any(jp.run_wrapped is not None for jp in jps_named):
                 # A coroutine's or generator's call returns before it runs: no around
                 # advice; a run's post and error callbacks run when it has (after the
                 # body, inside the coroutine), so they settle there.

@@ -34,6 +34,12 @@ POST = 1
 AROUND = 2
 ERROR = 3
 
+# How far a guarded join point's function got when a callback raised StopTraining
+# (what ``Guard.stopped`` is told; see _guarded).
+NOT_STARTED = 0
+STARTED = 1  # interrupted midway
+DONE = 2
+
 MISSING = inspect.Parameter.empty
 # A callback may ask for at most this many arguments of the join point (the
 # compiled twin calls it from a fixed C array; both twins refuse more alike).

@@ -214,7 +214,7 @@ from typing import Any, Callable
 from ._dispatch import join_point_of
 from ._events import PHASES, normalize
 from ._policy import METHOD
-from ._guarded import guarded_runner
+from ._guarded import DONE, NOT_STARTED, STARTED, Guard
 from ._joinpoints import all_join_points, find_join_point, spec_of, target_join_points
 from ._lifecycle import Defers, Ending, boundary, settle_all, track_deferring
 from ._options import process_rank as _process_rank
@@ -226,6 +226,9 @@ from ._weave import weave_only
 from .errors import HookError, UnknownEventError, closest, safe_repr
 
 __all__ = [
+    "DONE",
+    "NOT_STARTED",
+    "STARTED",
     "Defers",
     "Ending",
     "JoinPointInfo",
@@ -372,26 +375,31 @@ def is_join_point(value: Any) -> bool:
     return join_point_of(value) is not None
 
 
-def guard(value: Any, guard: Callable[..., Any]) -> None:
-    """Run the callbacks of join point ``value`` (as stored: ``vars(cls)["step"]``)
-    inside ``guard(run, func, obj, args, kwargs)``, where ``run(f)`` runs them
-    around ``f`` in place of the function (``func``, called with ``args`` and
-    ``kwargs``; ``obj`` is the hooked object) and returns what the call returns.
-    A call with no callbacks to run calls the function alone, at the dispatch's
-    cost: the guard costs nothing where nobody listens. For presets: catch
-    ``StopTraining`` from any callback of the call and stop the framework's way.
-    Set it right after weaving, before the first call; a coroutine or generator
-    join point cannot have one."""
+def guard(value: Any, stopped: Callable[..., Any], *, admit: Callable[[Any], bool] | None = None,
+          changed: Callable[[Any, Any, Any], None] | None = None) -> None:
+    """Give join point ``value`` (as stored: ``vars(cls)["step"]``) a guard: what
+    runs around its callbacks, only when they run (a call with none calls the
+    function alone, at the dispatch's cost: a guard costs nothing where nobody
+    listens). For presets, which stop the framework's way.
+
+    ``stopped(obj, exc, ran, result, args, kwargs)``: a callback of the call raised
+    ``StopTraining`` ``exc``; ``ran`` says how far the function got
+    (``hookwrap.extend.NOT_STARTED``, ``STARTED``: interrupted midway, ``DONE``:
+    ``result`` is what it returned); ``args`` and ``kwargs`` are the call's own, the
+    object first. It returns what the call returns, or raises. ``admit(obj)``:
+    False runs the function alone, without callbacks. ``changed(obj, original,
+    result)``: the callbacks returned another value than the function did. Set it
+    right after weaving; a coroutine or generator join point takes none."""
     jp = join_point_of(value)
     if jp is None:
         raise HookError(f"hookwrap.extend.guard: {safe_repr(value)} is not a join point.")
-    if jp.run_wrapped is not None:
+    if jp.run_wrapped is not None or jp.guard is not None:
         raise HookError(f"hookwrap.extend.guard: {jp.__qualname__} runs its callbacks inside its coroutine or "
                         f"generator, or has a guard already: it takes no guard.")
-    if not callable(guard):
-        raise HookError(f"hookwrap.extend.guard: the guard must be callable, got {safe_repr(guard)}.")
-    jp.run_wrapped = guarded_runner(guard)
-    jp.forget_last_chain()
+    for name, fn in (("stopped", stopped), ("admit", admit), ("changed", changed)):
+        if fn is not None and not callable(fn) or name == "stopped" and fn is None:
+            raise HookError(f"hookwrap.extend.guard: {name} must be callable, got {safe_repr(fn)}.")
+    jp.guard = Guard(stopped, admit, changed)
 
 
 def listened(value: Any) -> Callable[[Any], bool]:

@@ -1,23 +1,22 @@
 """What every preset is built from.
 
 ``stage``: a method of the framework's class becomes a join point under a standard
-event name (``hw.weave(cls, step="training_step")``), inside two plain functions:
-
-* a *body* (innermost, in place of the original) that notes whether the original
-  ran and what it returned;
-* an *outer* wrapper (``functools.wraps`` of the woven join point, so registration
-  still finds it) that catches ``hookwrap.StopTraining`` raised by any callback
-  of the call, pre and post ones included, and asks the framework to stop its own
-  way (``stop(owner, exc)``). The call then returns what the framework expects: the
-  original's result when it ran, else the original run without callbacks (as the
-  framework's own stop flag lets the current stage finish). A StopTraining that
-  interrupted the original midway goes on to the enclosing stage.
+event name (``hw.weave(cls, step="training_step")``), stored in the class itself,
+so a call nobody listens to costs the dispatch alone. What the preset adds is the
+join point's guard (``hookwrap.extend.guard``), which runs only when callbacks
+do: it catches ``hookwrap.StopTraining`` raised by any callback of the call, pre
+and post ones included, and asks the framework to stop its own way (``stop(owner,
+exc)``). The call then returns what the framework expects: the original's result
+when it ran, else the original run without callbacks (as the framework's own stop
+flag lets the current stage finish). A StopTraining that interrupted the original
+midway goes on to the enclosing stage.
 
 ``routed``: a method of another object the framework calls (``Accelerator.backward``
 from HF's ``training_step``, a Lightning loop's ``run``) becomes a join point of the
 object the callbacks attach to (the trainer, the module), named ``hookwrap_<event>``
 on its class, so one ``hw.add_callback(trainer, cb)`` reaches every event and a
-callback reads ``trainer.model`` and ``trainer.optimizer``.
+callback reads ``trainer.model`` and ``trainer.optimizer``. Where no callback
+would run (``hookwrap.extend.listened``), the router calls the method straight away.
 
 The stop functions of the trainers act only while the owner's ``fit`` stage runs
 (``running(owner)``): outside a run (``trainer.evaluate()`` called alone) there is
@@ -39,13 +38,13 @@ from types import FrameType, FunctionType
 from typing import Any, Callable
 
 from .. import load_callback_state
-from ..extend import Removable, guard, is_join_point, listened, stateful_callbacks, weave_only
+from ..extend import DONE, NOT_STARTED, Removable, guard, is_join_point, listened, stateful_callbacks, weave_only
 from ..errors import HookError, StopTraining
 
 __all__ = ["ACCUMULATES", "PresetHandle", "Stage", "accumulates", "current_run", "log_event", "patch", "resume_callbacks",
            "resume_without_state", "routed", "running", "stage", "stop_while_running", "target_class"]
 
-_STARTED, _DONE, _NOTHING = object(), object(), object()
+_NOTHING = object()
 
 
 class _Local(threading.local):
@@ -339,35 +338,23 @@ def stage(handle: PresetHandle, cls: type, event: str, attr: str, *,
     if substitutable:  # code-identity checks that unwrap once (Lightning's is_overridden) read fn's
         woven.__wrapped__ = _shim(fn, fn)
 
-    def guarded(run: Callable[[Callable[..., Any]], Any], func: Callable[..., Any], obj: Any,
-                args: list[Any], kwargs: dict[str, Any]) -> Any:
-        if layer.removed or (within is not None and not within.runs()):
-            return func(*args, **kwargs)
-        given = (tuple(args), dict(kwargs)) if stop is not None else None  # callbacks may change them
-        ran: list[Any] = [None, None]  # _STARTED or _DONE, and what it returned
+    function = this.function
 
-        def body(*args: Any, **kwargs: Any) -> Any:
-            ran[0] = _STARTED
-            result = func(*args, **kwargs)
-            ran[0], ran[1] = _DONE, result
+    def stopped(obj: Any, exc: StopTraining, ran: int, result: Any, args: tuple[Any, ...],
+                kwargs: dict[str, Any]) -> Any:
+        if stop is None or not stop(obj, exc):
+            raise exc
+        handle.stopped = exc
+        if ran == DONE:
             return result
+        if ran == NOT_STARTED:  # stopped before the original ran: it runs, without callbacks
+            return function(*args, **kwargs)
+        raise exc  # interrupted midway: the enclosing stage ends it
 
-        try:
-            result = run(body)
-        except StopTraining as exc:
-            if stop is None or not stop(obj, exc):
-                raise
-            handle.stopped = exc
-            if ran[0] is _DONE:
-                return ran[1]
-            if ran[0] is None and given is not None:  # stopped before the original ran: it runs, without callbacks
-                return func(*given[0], **given[1])
-            raise  # interrupted midway: the enclosing stage ends it
-        if changed is not None and ran[0] is _DONE and result is not ran[1]:
-            changed(obj, ran[1], result)
-        return result
+    def admit(obj: Any) -> bool:  # only the calls made inside `within` fire
+        return within is not None and within.runs()
 
-    guard(woven, guarded)
+    guard(woven, stopped, admit=admit if within is not None else None, changed=changed)
     if fit:
         outer = _noting(layer, fn, woven)
         outer.__wrapped__ = _shim(fn, woven)  # type: ignore[attr-defined]
