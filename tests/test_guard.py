@@ -207,3 +207,18 @@ def test_a_routed_call_nobody_listens_to_reaches_the_method_alone(hw: Any) -> No
 
 def extend_listened(value: Any) -> Any:
     return importlib.import_module("hookwrap.extend").listened(value)
+
+
+def test_the_guard_runs_on_every_call_once_the_chain_is_planned(hw: Any) -> None:
+    # The pure twin plans a runner per call shape and its dispatch functions call
+    # a planned runner directly: a guarded join point's runner must not be that one.
+    Loop, stops = _woven(hw)
+    loop = Loop()
+
+    def stop_after(self: Any, return_value: int) -> int:
+        raise hw.StopTraining("after")
+
+    hw.after(loop, "step", stop_after)
+    for n in range(1, 5):
+        assert loop.step(n) == n and loop.step(n, scale=2) == 2 * n and loop.step(batch=n) == n
+    assert len(stops) == 12

@@ -27,13 +27,13 @@ def test_the_page_holds_the_tables_the_script_makes_of_the_committed_run():
     page = PAGE.read_text(encoding="utf-8")
     generated = perf_tables.tables(*perf_tables.load())
     assert set(generated) == {"about", "dispatch", "others", "step", "instructions-compiled",
-                              "instructions-pure", "callbacks"}
+                              "instructions-pure", "callbacks", "frameworks"}
     assert _blocks(page) == generated
     assert perf_tables.render(page, generated) == page
 
 
 def test_the_tables_come_from_the_run():
-    run, counts, _ = perf_tables.load()
+    run, counts, *_ = perf_tables.load()
     compiled = run["twins"]["compiled"]["ratios"]
     dispatch = perf_tables.dispatch_table(run)
     # The method row is the run's own ratio, as hookwrap bench computes it.
@@ -77,7 +77,7 @@ def test_the_committed_run_is_small_and_names_its_machine():
 
 
 def test_the_callback_table_comes_from_the_committed_costs():
-    _, _, costs = perf_tables.load()
+    _, _, costs, _ = perf_tables.load()
     assert costs is not None
     table = perf_tables.callbacks_table(costs)
     base = costs["instructions"]["none"]
@@ -85,3 +85,16 @@ def test_the_callback_table_comes_from_the_committed_costs():
     hand = costs["instructions"]["hand:GradClip"] - base
     assert f"| `GradClip` | 0.00 | {clip:+,.0f} | {hand:+,.0f} | {clip - hand:+,.0f} |" in table
     assert set(costs["host_reads"]) == {row.split("`")[1] for row in table.splitlines() if row.startswith("| `")}
+
+
+def test_the_framework_table_is_the_committed_count():
+    *_, frameworks = perf_tables.load()
+    table = perf_tables.frameworks_table(frameworks)
+    for framework, counts in frameworks["instructions"].items():
+        alone = counts["none"]
+        assert f"{alone:,.0f} a step alone" in table
+        for key in ("native 1", "preset 0", "preset 1", "preset-pure 0"):
+            assert f"{counts[key] - alone:+,.0f}" in table  # each figure is the run's, less the framework alone
+        samples = frameworks["samples"][framework]
+        assert all(len(got) == frameworks["layouts"] for got in samples.values())
+        assert counts["none"] == sorted(samples["none"])[len(samples["none"]) // 2]  # the median kept

@@ -260,6 +260,10 @@ def run_transformers(window: Window, variant: str, k: int, workdir: Path) -> Non
     trainer.train()
 
 
+def _key(variant: str, k: int, pure: bool) -> str:
+    return "none" if variant == "none" else f"{variant}{'-pure' if pure else ''} {k}"
+
+
 RUNS = {"lightning": run_lightning, "ignite": run_ignite, "transformers": run_transformers}
 
 
@@ -291,6 +295,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--only", help="comma-separated frameworks: " + ", ".join(FRAMEWORKS))
     parser.add_argument("--json", help="also write the numbers to this file")
     parser.add_argument("--jobs", type=int, default=2, help="runs at once (2)")
+    parser.add_argument("--again", help="count only these variants again (as 'preset-pure 1,native 8'), "
+                                        "keeping the --json file's other counts")
     parser.add_argument("--repeats", type=int, default=3, choices=range(1, len(PADS) + 1),
                         help="memory layouts each variant is counted in; the median is kept (3)")
     args = parser.parse_args(argv)
@@ -308,9 +314,13 @@ def main(argv: list[str]) -> None:
         parser.error(f"unknown frameworks {sorted(unknown)}; known: {', '.join(FRAMEWORKS)}")
     if shutil.which("valgrind") is None:
         raise SystemExit("framework_costs: valgrind is not installed")
+    if args.again and not (args.json and Path(args.json).exists()):
+        parser.error("--again needs --json naming the file of an earlier run")
     runs = [(f, "none", 0, False) for f in frameworks]
     runs += [(f, "native", k, False) for f in frameworks for k in NATIVE_K]
     runs += [(f, "preset", k, pure) for f in frameworks for pure in (False, True) for k in PRESET_K]
+    if args.again:  # count these variants again, into the --json file's other counts
+        runs = [r for r in runs if _key(*r[1:]) in args.again.split(",")]
     pads = PADS[:args.repeats]
     with tempfile.TemporaryDirectory(prefix="hookwrap-framework-costs-") as tmp:
         library = build_helper(Path(tmp))
@@ -318,8 +328,11 @@ def main(argv: list[str]) -> None:
             counts = list(pool.map(lambda r: count(*r[0], library, r[1]), [(r, pad) for r in runs for pad in pads]))
     table: dict[str, dict[str, float]] = {}
     samples: dict[str, dict[str, list[float]]] = {}
+    if args.again:
+        kept = json.loads(Path(args.json).read_text())
+        table, samples = kept["instructions"], kept["samples"]
     for i, (framework, variant, k, pure) in enumerate(runs):
-        key = "none" if variant == "none" else f"{variant}{'-pure' if pure else ''} {k}"
+        key = _key(variant, k, pure)
         got = counts[i * len(pads):(i + 1) * len(pads)]
         samples.setdefault(framework, {})[key] = got
         table.setdefault(framework, {})[key] = statistics.median(got)

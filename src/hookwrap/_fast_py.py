@@ -450,7 +450,7 @@ def _chain_of(jp: JoinPoint, obj: Any, tp: Any) -> Chain:
 
 
 def _run_guarded(guard: Any, chain: Chain, func: Callable[..., Any], obj: Any, args: tuple[Any, ...],
-                 kwargs: dict[str, Any]) -> Any:
+                 kwargs: dict[str, Any], traced: bool = False) -> Any:
     """The chain of a guarded join point (``_guarded.Guard``) around a recorder of
     its function: a StopTraining goes to ``guard.stopped`` with how far the function
     got (NOT_STARTED, STARTED, DONE), what it returned and the call's own arguments;
@@ -468,7 +468,18 @@ def _run_guarded(guard: Any, chain: Chain, func: Callable[..., Any], obj: Any, a
         return result
 
     try:
-        result = _run_owned(chain, recorder, obj, list(args), kwargs)
+        # The chain's generated runner for this call shape, as _dispatch picks it (not
+        # where torch.compile traces: _traced reads no hot cache), else the general path.
+        # Kept under a key of its own: the dispatch functions call a chain's runner
+        # found under the call's own shape directly, which would skip the guard.
+        shape = ("guarded", len(args), tuple(kwargs))
+        runner = None if traced else chain.runners.get(shape)
+        if runner is None and not traced and len(chain.runners) < MAX_CALL_SHAPES:
+            runner = chain.runners[shape] = _codegen.runner(chain, len(args), tuple(kwargs), call_around)
+        if runner:
+            result = runner(recorder, obj, *args, *kwargs.values())
+        else:
+            result = _run_owned(chain, recorder, obj, list(args), kwargs)
     except _StopTraining as exc:
         return guard.stopped(obj, exc, state[0], state[1], tuple(args), given_kwargs)
     if guard.changed is not None and state[0] == DONE and result is not state[1]:

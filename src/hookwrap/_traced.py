@@ -157,7 +157,7 @@ def traced_dispatch(jp: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
     if chain.empty:
         return jp.func(*args, **kwargs)
     if jp.guard is not None:
-        return pure._run_guarded(jp.guard, pure_steps, jp.func, obj, args, kwargs)
+        return pure._run_guarded(jp.guard, pure_steps, jp.func, obj, args, kwargs, traced=True)
     if jp.run_wrapped is not None:
         return jp.run_wrapped(chain, jp.func, obj, list(args), kwargs)
     return pure._run_owned(pure_steps, jp.func, obj, list(args), kwargs)
