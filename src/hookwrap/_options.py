@@ -351,31 +351,21 @@ class OrderGraph:
         edge = self._edge
         # References of earlier entries that name this one.
         refs_by_id, refs_by_name = self.refs_by_id, self.refs_by_name
-        for key in ids:
-            for u, before in refs_by_id.get(key, ()):
-                if before:
-                    edge(u, v)
+        for keys, referring in ((ids, refs_by_id), (names, refs_by_name)):
+            for key in keys:
+                for u, before in referring.get(key, ()):
+                    if before:
+                        edge(u, v)
+                    else:
+                        edge(v, u)
+        # This one, under each identity and name a reference may give it.
+        for keys, index in ((ids, self.by_id), (names, self.by_name)):
+            for key in keys:
+                nodes = index.get(key)
+                if nodes is None:
+                    index[key] = [v]
                 else:
-                    edge(v, u)
-        for name in names:
-            for u, before in refs_by_name.get(name, ()):
-                if before:
-                    edge(u, v)
-                else:
-                    edge(v, u)
-        by_id, by_name = self.by_id, self.by_name
-        for key in ids:
-            nodes = by_id.get(key)
-            if nodes is None:
-                by_id[key] = [v]
-            else:
-                nodes.append(v)
-        for name in names:
-            nodes = by_name.get(name)
-            if nodes is None:
-                by_name[name] = [v]
-            else:
-                nodes.append(v)
+                    nodes.append(v)
         # Its own references, to every entry they name (earlier ones; later ones find them).
         if options is not None and (options.before or options.after):
             for refs, before in ((options.before, True), (options.after, False)):

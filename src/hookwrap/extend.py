@@ -397,7 +397,7 @@ def guard(value: Any, stopped: Callable[..., Any], *, admit: Callable[[Any], boo
         raise HookError(f"hookwrap.extend.guard: {jp.__qualname__} runs its callbacks inside its coroutine or "
                         f"generator, or has a guard already: it takes no guard.")
     for name, fn in (("stopped", stopped), ("admit", admit), ("changed", changed)):
-        if fn is not None and not callable(fn) or name == "stopped" and fn is None:
+        if not callable(fn) and (fn is not None or name == "stopped"):
             raise HookError(f"hookwrap.extend.guard: {name} must be callable, got {safe_repr(fn)}.")
     jp.guard = Guard(stopped, admit, changed)
 

@@ -268,15 +268,6 @@ class Stage:
         return False
 
 
-def _copy(fn: FunctionType) -> FunctionType:
-    """A new function with ``fn``'s code, defaults and closure: what the join point
-    calls, as fast as ``fn``, which a preset's marks (``accumulates``) never touch."""
-    copy = FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
-    functools.update_wrapper(copy, fn)
-    copy.__kwdefaults__ = fn.__kwdefaults__
-    return copy
-
-
 def _substitutable(fn: Callable[..., Any], stage: Stage) -> Callable[..., Any]:
     """Runs ``fn``, or, once, what ``instead`` put for ``stage``."""
 
@@ -336,7 +327,7 @@ def stage(handle: PresetHandle, cls: type, event: str, attr: str, *,
     handle._undo.append(lambda: woven_handle._remove(restore=not layer.buried))
     woven = vars(cls)[attr]
     if substitutable:  # code-identity checks that unwrap once (Lightning's is_overridden) read fn's
-        woven.__wrapped__ = _shim(fn, fn)
+        woven.__wrapped__ = _copy(fn)
 
     function = this.function
 
@@ -351,13 +342,11 @@ def stage(handle: PresetHandle, cls: type, event: str, attr: str, *,
             return function(*args, **kwargs)
         raise exc  # interrupted midway: the enclosing stage ends it
 
-    def admit(obj: Any) -> bool:  # only the calls made inside `within` fire
-        return within is not None and within.runs()
-
-    guard(woven, stopped, admit=admit if within is not None else None, changed=changed)
+    # Only the calls made inside `within` fire.
+    guard(woven, stopped, admit=None if within is None else lambda obj: within.runs(), changed=changed)
     if fit:
         outer = _noting(layer, fn, woven)
-        outer.__wrapped__ = _shim(fn, woven)  # type: ignore[attr-defined]
+        outer.__wrapped__ = _copy(fn, woven)  # type: ignore[attr-defined]
         layer.put(handle, outer)
     else:
         layer.adopt(handle, woven)
@@ -387,15 +376,18 @@ def _noting(layer: _Layer, fn: Callable[..., Any], woven: Any) -> Callable[..., 
     return outer
 
 
-def _shim(fn: FunctionType, woven: Any) -> FunctionType:
-    """What the outer wrapper's ``__wrapped__`` is: a copy of the original (its
-    ``__code__``, for code-identity checks that unwrap one level, as Lightning's
-    ``is_overridden`` does) whose own ``__wrapped__`` leads on to the join point."""
-    shim = FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
-    functools.update_wrapper(shim, fn)
-    shim.__kwdefaults__ = fn.__kwdefaults__
-    shim.__wrapped__ = woven  # type: ignore[attr-defined]
-    return shim
+def _copy(fn: FunctionType, wrapped: Any = None) -> FunctionType:
+    """A new function with ``fn``'s code, defaults and closure, whose ``__wrapped__``
+    is ``wrapped`` (default ``fn``). As a join point's function: as fast as ``fn``,
+    and a preset's marks (``accumulates``) never touch ``fn``. As a wrapper's
+    ``__wrapped__``: ``fn``'s ``__code__`` for code-identity checks that unwrap one
+    level (Lightning's ``is_overridden``), leading on to the join point."""
+    copy = FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    functools.update_wrapper(copy, fn)
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    if wrapped is not None:
+        copy.__wrapped__ = wrapped  # type: ignore[attr-defined]
+    return copy
 
 
 def routed(handle: PresetHandle, host: type, event: str, cls: type, attr: str,
