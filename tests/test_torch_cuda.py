@@ -37,6 +37,8 @@ def no_device_sync() -> Iterator[None]:
 
 
 def data(device: str = "cuda") -> list[tuple[Any, Any]]:
+    """The batches, already on ``device``: build them before ``no_device_sync()``,
+    since a copy from pageable host memory synchronizes."""
     gen = torch.Generator().manual_seed(1)
     return [(torch.randn(8, 3, generator=gen).mul(5).to(device), torch.randn(8, 2, generator=gen).to(device))
             for _ in range(STEPS)]
@@ -116,8 +118,9 @@ def test_ema_on_cuda_averages_as_on_the_cpu_without_a_sync(hw, ht):
     ema_cuda, ema_cpu = ht.EMA(0.9), ht.EMA(0.9)
     on_cuda.add_callback(ema_cuda)
     on_cpu.add_callback(ema_cpu)
+    batches = data()  # copied to the device before the check: a host-to-device copy synchronizes
     with no_device_sync():
-        for batch in data():
+        for batch in batches:
             on_cuda.step(batch)
     for batch in data("cpu"):
         on_cpu.step(batch)
@@ -133,8 +136,9 @@ def test_autocast_on_cuda_runs_the_step_in_float16(hw, ht):
     dtypes = []
     loop.after("loss", lambda self, out, y, return_value: dtypes.append(out.dtype) or return_value)
     loop.add_callback(ht.Autocast(("step",)))
+    batch = data()[0]
     with no_device_sync():
-        loop.step(data()[0])
+        loop.step(batch)
     assert dtypes == [torch.float16]
 
 
@@ -167,8 +171,9 @@ def test_metrics_logger_and_monitors_on_cuda_read_back_without_a_sync_per_step(h
     memory = ht.MemoryMonitor(every=3, logger=log)
     for callback in (log, throughput, memory):
         loop.add_callback(callback)
+    batches = data()
     with no_device_sync():
-        losses = [loop.step(batch) for batch in data()]
+        losses = [loop.step(batch) for batch in batches]
     log.close()  # reads back what is queued, once
     logged = [(step, m["loss"]) for step, m in sink.rows if "loss" in m]
     assert logged == [(i + 1, pytest.approx(loss.item())) for i, loss in enumerate(losses)]
