@@ -117,3 +117,12 @@ def test_registration_layers_import_downward_only():
     for i, module in enumerate(layers):
         above = set(layers[:i])
         assert not graph[module] & above, f"{module} imports {sorted(graph[module] & above)}, above it"
+
+
+def test_the_compiled_twin_imports_nothing_of_the_pure_one():
+    """``_fast.pyx`` mirrors ``_rules`` and takes its constants from ``_policy``; it
+    never reaches into the pure twin (``_fast_py``) or its code generator."""
+    source = (SRC / "_fast.pyx").read_text(encoding="utf-8")
+    imported = {line.split()[1] for line in source.splitlines() if line.startswith(("from .", "import "))}
+    assert "._rules" in imported and "._policy" in imported
+    assert not imported & {"._fast_py", "._codegen"}, sorted(imported)

@@ -370,7 +370,7 @@ def test_the_process_exiting_delivers_what_is_held(hw, tmp_path):
 def test_a_stop_runs_the_events_other_callbacks_first_in_any_order(hw, path):
     """docs/design/decisions.md: what is saved or logged does not depend on the order
     callbacks were attached in. ``general``: an error callback puts the chain on the
-    general path (``_policy.run_steps``); ``fast`` is the compiled or generated runner."""
+    general path (``_rules.run_steps``); ``fast`` is the compiled or generated runner."""
     seen: list[str] = []
 
     class Loop(hw.Hookable):

@@ -28,8 +28,7 @@ from ._joinpoints import all_join_points, fires, spec_of
 from ._owners import class_record, function_record, lock
 from ._tiers import GLOBAL_TIER, check_class_tier, entries_for
 from ._traced import install, note_planned, traced_dispatch
-from ._asyncrun import run_chain_async
-from ._genrun import run_chain_async_generator, run_chain_generator
+from ._asyncgen import run_chain_async, run_chain_async_generator, run_chain_generator
 from ._events import normalize
 
 __all__ = ["PLANNER", "Planner", "keep_planning_out_of_traces", "plans_out_of_traces"]
@@ -63,8 +62,8 @@ class Planner:
     @staticmethod
     def wrapped_runner(func: Any) -> Any:
         """What runs the chain of ``func`` when it is a coroutine or generator
-        function: inside the coroutine or generator the call returns (_asyncrun,
-        _genrun). None for a plain function."""
+        function: inside the coroutine or generator the call returns
+        (_asyncgen). None for a plain function."""
         if inspect.iscoroutinefunction(func):
             return run_chain_async
         if inspect.isgeneratorfunction(func):

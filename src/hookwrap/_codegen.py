@@ -3,10 +3,10 @@ for a chain's call shapes, and (both twins) a custom event's listeners.
 
 A per-call interpreter loop over plans costs ~20x a hand-written loop in pure
 Python; code generated from the plan (as attrs and dataclasses generate their
-methods) costs about what the hand loop does. ``_fast_py`` holds the per-call
-semantics as plain Python (``Step.invoke``/``absorb``, ``call_around``): these
-generators write the same rules out for one plan, and tests/test_differential.py
-pins them to it. Every generated source is registered with ``linecache`` under
+methods) costs about what the hand loop does. ``_rules`` holds the rules of a
+call as plain Python (``absorb``, ``call_around``, ``run_emit_steps``): the code
+generated here is their mirror, written out for one plan (marked so where it
+does), and tests/test_differential.py holds it equal to them. Every generated source is registered with ``linecache`` under
 a name that says what it runs, so a traceback or pdb through it shows its lines.
 
 Nothing here runs per call: code is generated when a chain first sees a call
@@ -33,9 +33,9 @@ from ._policy import (
     SLOT_RESULT,
     STATE_KEY,
     EmitStep,
-    finish_phase,
     step_slots,
 )
+from ._rules import finish_emit, finish_phase
 from .errors import StopTraining
 from .errors import emit_return_error as _emit_return_error
 from .errors import note_callback as _note_callback
@@ -227,7 +227,7 @@ def runner(chain: Any, nargs: int, kwnames: tuple[str, ...], call_around: Any) -
             positional = exprs[: len(exprs) - n_kw]
             keyword = [f"{name}={expr}" for name, expr in zip(step.kwnames, exprs[len(exprs) - n_kw:])]
             call_args = (["obj"] if step.pass_obj else []) + positional + keyword
-            absorb: list[str] = []
+            absorb: list[str] = []  # the return contract: mirrors _rules.absorb
             if phase == POST:
                 if step.consumes:
                     absorb += [f"if r is None and result is not None: raise RE(S{tag}, r, ('return_value',))",
@@ -248,7 +248,7 @@ def runner(chain: Any, nargs: int, kwnames: tuple[str, ...], call_around: Any) -
             block = [
                 "try:",
                 f"    r = F{tag}({', '.join(call_args)})",
-                "except STOP as e:",  # the phase's other callbacks first, then it (_policy.finish_phase)
+                "except STOP as e:",  # the phase's other callbacks first, then it (_rules.finish_phase)
                 f"    NOTE(e, S{tag}.label, S{tag}.event)",
                 f"    FINISH(e, R{tag}, obj, {args_list}, {kwargs_dict}, {'result' if phase == POST else 'None'})",
                 "except BaseException as e:",
@@ -275,7 +275,7 @@ def _around_code(around: tuple[Any, ...], seen: list[str], keywords: list[str],
                  ns: dict[str, Any]) -> list[str]:
     """A runner's lines calling its around advice (none filtered) with the call's
     positional arguments ``seen`` and ``keywords`` ("name=local"), and setting
-    ``result``: call_around's work, planned. Each advice's ``proceed`` is a
+    ``result``: ``_rules.call_around``'s work, planned (its mirror). Each advice's ``proceed`` is a
     closure taking the call's positional arguments in slots, as a dispatch
     function does, and calls the next advice (or the function) with what it got."""
     pass_obj = around[0].pass_obj
@@ -331,8 +331,8 @@ def _packed(slots: list[str]) -> str:
 
 def emit_runner(steps: tuple[EmitStep, ...]) -> Callable[..., None]:
     """``run(target, name, kwargs)``: the steps of one call shape as straight-line
-    code (see runner), each listener called with the keywords it takes,
-    named one by one (cheaper than ``**kwargs``, which also passes them all)."""
+    code (see runner; the mirror of ``_rules.run_emit_steps``), each listener
+    called with the keywords it takes, named one by one (cheaper than ``**kwargs``, which also passes them all)."""
     ns: dict[str, Any] = {"NOTE": _note_callback, "RETURNED": _emit_return_error, "STOP": StopTraining,
                           "FINISH": finish_emit}
     body: list[str] = []
@@ -357,32 +357,3 @@ def emit_runner(steps: tuple[EmitStep, ...]) -> Callable[..., None]:
     source = "def run(target, name, kwargs):\n" + "".join(f"    {line}\n" for line in body or ["pass"])
     listeners = ", ".join(step.label for step in steps)
     return cast(Callable[..., None], _define(source, f"emit runner of {listeners or 'no listener'}", ns, "run"))
-
-
-def run_emit_steps(steps: tuple[Any, ...], target: Any, name: str, kwargs: dict[str, Any]) -> None:
-    """What ``emit_runner(steps)`` does, without generating code (a call shape not
-    kept: see MAX_CALL_SHAPES): each listener, a StopTraining raised after the others."""
-    for i, (fn, gate, _take, names, label) in enumerate(steps):
-        if gate is not None and not gate.admit(target):
-            continue
-        try:
-            r = fn(target, **{key: kwargs[key] for key in names})
-        except StopTraining as e:
-            _note_callback(e, label, name)
-            finish_emit(e, steps[i + 1:], target, name, kwargs)
-        except BaseException as e:
-            _note_callback(e, label, name)
-            raise
-        if r is not None:
-            raise _emit_return_error(label, name, r)
-
-
-def finish_emit(stop: BaseException, steps: tuple[Any, ...], target: Any, name: str,
-                kwargs: dict[str, Any]) -> None:
-    """A listener raised ``stop``: the remaining listeners run, then it is raised
-    (``_policy.finish_phase`` for custom events)."""
-    try:
-        run_emit_steps(steps, target, name, kwargs)
-    except StopTraining:
-        pass  # the first stop is the one raised
-    raise stop

@@ -1,6 +1,8 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """Per-call dispatch, compiled: the kernel. Same names (``_dispatch.TWIN_NAMES``) and
-behaviour as ``_fast_py.py``, the reference; shared policy comes from ``_policy``.
+behaviour as ``_fast_py.py``; what a plan is made of comes from ``_policy``, and
+the rules of a call (the return contract, around advice, the emit loop) are
+``_rules``', which the code here mirrors in C where it says so.
 
 What makes it fast:
 
@@ -32,9 +34,10 @@ from types import MethodType
 from ._policy import MAX_CALL_SHAPES  # the bound on plans per chain or event (see there)
 from ._policy import MISSING, RECORD_ATTR, STATE_KEY
 from ._policy import step_slots as _step_slots
-from ._policy import finish_phase
-from ._fast_py import emitter as _pure_emitter
-from ._codegen import finish_emit as _finish_emit
+# The rules this module mirrors in C, and calls on its error paths (never the pure twin).
+from ._rules import emitter as _pure_emitter
+from ._rules import finish_emit as _finish_emit
+from ._rules import finish_phase
 
 from .errors import note_callback as _note_callback
 from .errors import emit_return_error as _emit_return_error
@@ -212,7 +215,7 @@ cdef int _phase_failed(tuple steps, Py_ssize_t j, object obj, PyObject **buf, Py
                        PyObject *kwnames, object result) except -1:
     """The callback of ``steps[j]`` (a phase of a fast plan) just raised: re-raise
     it with a note naming it; a StopTraining only after the phase's other
-    callbacks ran (``_policy.run_steps``, the rule's reference, runs them). On the
+    callbacks ran (``_rules.run_steps``, the rule's reference, runs them). On the
     error path only: the calls that raise nothing pay nothing for it."""
     cdef Step step
     cdef Py_ssize_t i, total = nargs
@@ -341,7 +344,8 @@ cdef class Step:
                 Py_XDECREF(stack[i])
 
     cpdef object absorb(self, object obj, list args, dict kwargs, object raw, object result):
-        """Apply what the callback returned (the return contract); returns the result."""
+        """Apply what the callback returned (the return contract); returns the result.
+        The mirror of ``_rules.absorb``."""
         cdef Py_ssize_t n
         cdef ArgRef ref
         if self.phase == C_ERROR:
@@ -581,7 +585,7 @@ cdef object _run_fast(_ShapePlan plan, object func, object obj, PyObject **args,
             if called is NULL:
                 _phase_failed(steps, j, obj, buf, nargs, kwnames, None)
             raw = hookwrap_steal(called)
-            n = shape.n
+            n = shape.n  # the return contract for a pre step, planned: mirrors _rules.absorb
             if n == 0:
                 if raw is not None:
                     raise _return_error(step, raw, ())
@@ -919,7 +923,7 @@ cdef object _run_owned(Chain chain, object func, object obj, list args, dict kwa
 
 
 cdef object _run_phase(tuple steps, object obj, list args, dict kwargs, object result):
-    """_policy.run_steps in C: a StopTraining goes to finish_phase (the phase's
+    """_rules.run_steps in C: a StopTraining goes to finish_phase (the phase's
     other callbacks, then it), from inside its handler, as every path does."""
     cdef Step step
     cdef Py_ssize_t j
@@ -964,6 +968,7 @@ def _run_error_steps(Chain chain, obj, list args, dict kwargs, exc):
 @cython.freelist(8)
 cdef class _Proceed:
     """What an around callback calls to run the rest: inner advice, then the function.
+    The mirror of ``_rules.Proceed`` (with ``_around_from``, of ``_rules.call_around``).
     Not a _Vectorcalled: Cython keeps a freelist only for a type with no base,
     and one is made per advice call."""
 
@@ -1028,8 +1033,8 @@ cdef _Proceed _spare_proceed = None
 
 cdef object _around_from(tuple around, Py_ssize_t index, object func, object obj,
                          PyObject **args, Py_ssize_t nargs, PyObject *kwnames, _Proceed caller):
-    """Call around advice ``index`` (skipping filtered ones), or the function,
-    with the call's own arguments ``args`` (``nargs`` positional, then the
+    """Call around advice ``index`` (skipping filtered ones), or the function
+    (the mirror of ``_rules.call_around``), with the call's own arguments ``args`` (``nargs`` positional, then the
     values of ``kwnames``). ``caller``: the proceed making this call, or None."""
     cdef Py_ssize_t n = len(around), total = nargs, i, lead
     cdef PyObject *local[MAX_STACK + 1]
@@ -1240,7 +1245,8 @@ cdef inline int _run_emit(tuple plan, object target, object name, PyObject **val
 cdef int _run_emit_with(tuple plan, object target, object name, PyObject **values,
                         Py_ssize_t nkw, PyObject *kwnames, PyObject **stack,
                         PyObject **picked) except -1:
-    """Call each listener of ``plan``: with the caller's keywords as they came
+    """Call each listener of ``plan`` (the mirror of ``_rules.run_emit_steps``):
+    with the caller's keywords as they came
     (``stack``), or with the ones it takes, gathered in ``picked`` (each array
     with a slot to lend before it: see _call_step)."""
     cdef Py_ssize_t i, n
@@ -1281,7 +1287,7 @@ cdef class _Emitter(_BindsLikeAFunction):
     ``name`` on ``target``, each with the keywords it names. Also stored as
     ``Hookable.emit``, where it binds like a method."""
 
-    cdef readonly object planner  # see _fast_py.emitter
+    cdef readonly object planner  # see _rules.emitter
     cdef readonly object twin  # the pure twin's emit: see emitter
     cdef dict __dict__
 

@@ -2,10 +2,10 @@
 the twin of the compiled ``_fast.pyx``.
 
 Both define the ten names of ``_dispatch.TWIN_NAMES`` with the same behaviour;
-``_dispatch`` picks one. What they share without running per call is written
-once in ``_policy`` (constants, emit plans, which filtered step runs). Read
-``Step.invoke`` and ``Step.absorb`` (the return contract), ``call_around`` and
-``emitter`` for the semantics of a call. For speed, this twin runs most calls
+``_dispatch`` picks one. What a plan is made of is ``_policy``'s; the rules of a
+call (the return contract, around advice, the emit loop) are ``_rules``', which
+this twin runs as they are (``Step.absorb``, ``call_around``, ``emitter`` are
+``_rules``' own). For speed, this twin runs most calls
 on code ``_codegen`` generates from the same plans (tests/test_differential.py
 pins that code to this one); it only follows plans built at registration
 (``_signature.py``, ``_chains.py``): no ``inspect``, no sorting, no string
@@ -23,7 +23,6 @@ from . import _codegen
 from ._policy import (
     CLASSMETHOD,
     DONE,
-    ERROR,
     FUNCTION,
     JOIN_POINT_ATTR,
     KW_ONLY,
@@ -33,24 +32,19 @@ from ._policy import (
     NOT_STARTED,
     POS_ONLY,
     POS_OR_KW,
-    POST,
     PRE,
-    RECORD_ATTR,
     RETURN_VALUE,
     STARTED,
     STATE_KEY,
     VAR_POS,
     EmitStep,
-    first_admitted,
-    run_steps,
 )
+from ._rules import absorb, run_steps
+from ._rules import call_around as call_around  # twin names the pure twin takes as written
+from ._rules import emitter as emitter
 from .errors import StopTraining as _StopTraining
-from .errors import check_var_value as _check_var_value
-from .errors import emit_return_error as _emit_return_error
 from .errors import missing_argument as _missing_argument
 from .errors import note_callback as _note_callback
-from .errors import proceed_twice as _proceed_twice
-from .errors import return_error as _return_error
 
 _OBJECT_GETATTRIBUTE: Any = object.__getattribute__  # an instance's own attribute, whatever its class's
 
@@ -149,41 +143,7 @@ class Step:
             _note_callback(exc, self.label, self.event)
             raise
 
-    def absorb(self, obj: Any, args: list[Any], kwargs: dict[str, Any], raw: Any,
-               result: Any) -> Any:
-        """Apply what the callback returned (the return contract); returns the result."""
-        if self.phase == ERROR:
-            if raw is not None:
-                raise _return_error(self, raw, ())
-            return result
-        if self.phase == POST:
-            if self.consumes:
-                if raw is None and result is not None:
-                    raise _return_error(self, raw, ("return_value",))
-                return raw
-            if raw is not None:
-                raise _return_error(self, raw, ())
-            return result
-        n = self.consumes
-        if n == 0:
-            if raw is not None:
-                raise _return_error(self, raw, ())
-        elif n == 1:
-            ref = self.refs[0]
-            if raw is None and ref.read(args, kwargs) is not None:
-                raise _return_error(self, raw, (ref.name,))
-            _check_var_value(self, ref, raw)
-            ref.write(args, kwargs, raw)
-        else:
-            if type(raw) is not tuple or len(raw) != n:
-                raise _return_error(self, raw, tuple(r.name for r in self.refs))
-            for ref, value in zip(self.refs, raw):
-                if value is None and ref.read(args, kwargs) is not None:
-                    raise _return_error(self, raw, tuple(r.name for r in self.refs))
-                _check_var_value(self, ref, value)
-            for ref, value in zip(self.refs, raw):
-                ref.write(args, kwargs, value)
-        return result
+    absorb = absorb  # the return contract, as _rules writes it
 
 
 class Chain:
@@ -517,47 +477,6 @@ def _run_error_steps(chain: Chain, obj: Any, args: list[Any], kwargs: dict[str, 
     run_steps(chain.error, obj, args, kwargs, exc)
 
 
-def call_around(around: tuple[Step, ...], index: int, func: Callable[..., Any], obj: Any,
-                args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Call around advice ``index`` (skipping filtered ones), or the function.
-    The advice's ``proceed`` is a closure: cheaper to make than an object."""
-    n = len(around)
-    pass_obj = around[0].pass_obj  # a method's advice: the function takes the object
-    index = first_admitted(around, index, obj)
-    if index == n:
-        return func(obj, *args, **kwargs) if pass_obj else func(*args, **kwargs)
-    step = around[index]
-    state = 0  # PROCEED_FRESH; then CALLED, or ENDED once the advice returned (errors)
-    raised: BaseException | None = None
-
-    def proceed(*args: Any, **kwargs: Any) -> Any:
-        """Run the rest: inner advice, then the function (at most once, and only
-        while the advice's own call lasts)."""
-        nonlocal state, raised
-        if state:
-            raise _proceed_twice(step, state)
-        state = 1
-        try:
-            if index + 1 == n:  # the innermost advice: the function itself
-                return func(obj, *args, **kwargs) if pass_obj else func(*args, **kwargs)
-            return call_around(around, index + 1, func, obj, args, kwargs)
-        except BaseException as exc:
-            raised = exc  # passed through: not the around callback's own error
-            raise
-
-    try:
-        if pass_obj:
-            return step.fn(obj, proceed, *args, **kwargs)
-        return step.fn(proceed, *args, **kwargs)
-    except BaseException as exc:
-        if exc is not raised:
-            _note_callback(exc, step.label, step.event)
-        raise
-    finally:
-        if not state:  # a proceed kept for later: its call is over
-            state = 2
-
-
 # --- Custom events: obj.emit(name, **kw) and hookwrap.emit(obj, name, **kw) ----
 
 class EmitEvent:
@@ -571,48 +490,3 @@ class EmitEvent:
         self.listeners = listeners
         self.plans: dict[tuple[str, ...], tuple[EmitStep, ...]] = {}
         self.runners: dict[tuple[str, ...], Callable[..., None]] = {}  # the pure emit's
-
-
-def emitter(planner: Any) -> Callable[..., None]:
-    """The ``emit`` function. On a miss it asks ``planner.gather(target, tp, name)``
-    for the event's listeners (which it caches on their owner) and
-    ``planner.plan(event, shape, tp, name)`` for a call shape's steps (which it
-    keeps in ``event.plans``, and their ``emit_runner`` in ``event.runners``, for
-    the first MAX_CALL_SHAPES shapes)."""
-
-    def emit(target: Any, name: str, /, **kwargs: Any) -> None:
-        """Call the callbacks of custom event ``name`` on ``target``, each with the
-        keywords it names (and ``target`` as its first argument)."""
-        tp = target if isinstance(target, type) else type(target)
-        record = getattr(tp, RECORD_ATTR, None)
-        if record is not None and record.cls is not tp:
-            record = None  # a base class's
-        state = None
-        if record is not None and record.stateful and tp is not target:
-            # Some instance holds listeners of its own. The attribute is found in
-            # any case: the class holds None (see _owners.class_record).
-            state = (target.__hookwrap__ if not record.own_getattribute
-                     else _OBJECT_GETATTRIBUTE(target, STATE_KEY))  # its own, not a proxy's answer
-        owner = state if state is not None else record
-        try:  # (a subscript, not .get: no method call)
-            event = owner.emit_cache[name] if owner is not None else None
-        except (KeyError, TypeError):  # TypeError: an unhashable name, which gather refuses
-            event = None
-        if event is None:  # not gathered yet
-            event = planner.gather(target, tp, name)
-        if not event.listeners:  # nothing to plan or run for any call shape
-            return
-        shape = tuple(kwargs)
-        try:
-            run = event.runners[shape]
-        except KeyError:  # plan the shape: its steps, and their runner (emit_runner)
-            plan = planner.plan(event, shape, tp, name)
-            run = event.runners.get(shape)
-            if run is None:  # past MAX_CALL_SHAPES: planned for this call only
-                _codegen.run_emit_steps(plan, target, name, kwargs)
-                return
-        run(target, name, kwargs)
-
-    return emit
-
-

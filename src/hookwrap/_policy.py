@@ -1,6 +1,6 @@
-"""Dispatch policy both twins share, written once: the constants a plan is made
-of, the listener plan of a custom event, and the one rule "which callback runs"
-that every interpreter of a chain follows.
+"""What a plan is made of, shared by both twins and written once: its constants,
+where a call shape's arguments are (``step_slots``), and the listener plan of a
+custom event. The rules a call follows are ``_rules``'.
 
 Nothing here runs per call on the compiled path: ``_fast.pyx`` imports the
 strings and bounds, and compiles the numbers in as C constants
@@ -93,62 +93,6 @@ def step_slots(step: Any, phase: int, nargs: int, kwnames: tuple[str, ...]) -> t
         else:
             slots.append(SLOT_DEFAULT)
     return tuple(slots)
-
-
-def first_admitted(steps: tuple[Any, ...], index: int, obj: Any) -> int:
-    """The index of the first step from ``index`` on whose filter (every/once/when)
-    admits this call, or ``len(steps)``. Asking a filter counts the call, so each
-    is asked once per call, in order: around advice is skipped so (the
-    interpreters of a chain call this; the compiled twin's inline loop and the
-    generated runners are pinned to it by tests/test_differential.py)."""
-    n = len(steps)
-    while index < n:
-        gate = steps[index].gate
-        if gate is None or gate.admit(obj):
-            return index
-        index += 1
-    return n
-
-
-def run_steps(steps: tuple[Any, ...], obj: Any, args: list[Any], kwargs: dict[str, Any],
-              result: Any) -> Any:
-    """Run the steps of one phase in order, those their filter admits, each applying
-    the return contract (``Step.absorb``) to what it returned; returns the result
-    (``result`` as the post callbacks left it; pre and error steps leave it as is).
-    The interpreter every general path shares: either twin's Steps run on it.
-
-    A callback that raises ``StopTraining`` does not cost the phase's other
-    callbacks their turn: they run, then the first stop is raised (what is logged
-    or saved does not depend on the order callbacks were attached in). The fast
-    paths (``_fast.pyx:_run_fast``, ``_codegen.runner``, the emit runners,
-    ``_asyncrun``) mirror this."""
-    for i, step in enumerate(steps):
-        if step.gate is None or step.gate.admit(obj):
-            try:
-                raw = step.invoke(obj, args, kwargs, result)
-            except Exception as exc:
-                from .errors import StopTraining  # errors imports this module: here, on an error only
-
-                if isinstance(exc, StopTraining):  # inside the handler: a later error chains to it
-                    finish_phase(exc, steps[i + 1:], obj, args, kwargs, result)
-                raise
-            result = step.absorb(obj, args, kwargs, raw, result)
-    return result
-
-
-def finish_phase(stop: BaseException, steps: tuple[Any, ...], obj: Any, args: list[Any],
-                 kwargs: dict[str, Any], result: Any) -> None:
-    """A callback of a phase raised ``stop`` (a StopTraining): run the phase's
-    remaining ``steps`` (``run_steps``: a later stop is dropped, another error goes
-    on), then raise ``stop``. The fast paths call it on their error path only, so a
-    call that raises nothing pays nothing for the rule."""
-    from .errors import StopTraining  # errors imports this module: here, on an error only
-
-    try:
-        run_steps(steps, obj, args, kwargs, result)
-    except StopTraining:
-        pass  # the first stop is the one raised
-    raise stop
 
 
 class EmitStep(NamedTuple):

@@ -1,0 +1,268 @@
+"""The rules of a call, each written once, as readable Python: the reference.
+
+* which callback runs: ``first_admitted``; a phase's callbacks in order, a
+  StopTraining raised after the others had their turn: ``run_steps``,
+  ``finish_phase``;
+* the return contract (a callback returns what it takes): ``absorb``;
+* around advice (``proceed`` at most once, only during the advice's call; an
+  error passed through it is not the advice's own): ``Proceed``, ``call_around``;
+* a custom event's listeners: ``run_emit_steps``, ``finish_emit``, ``emitter``.
+
+The pure twin runs these as they are (``_fast_py.Step.absorb`` is ``absorb``).
+Three kinds of code mirror them for speed, each marked so where it does:
+``_fast.pyx`` (``Step.absorb``, ``_run_fast``'s inline loop, ``_Proceed`` and
+``_around_from``, the emit plan's loop), the code ``_codegen`` generates, and
+``_asyncgen``, which adapts ``Proceed`` and ``absorb`` to ``await``.
+tests/test_differential.py holds them equal: the compiled twin against the pure
+one, and the generated code against these functions (random registrations,
+calls and emits, results and errors compared).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ._policy import ERROR, POST, RECORD_ATTR, STATE_KEY
+from .errors import (
+    PROCEED_CALLED,
+    PROCEED_ENDED,
+    PROCEED_FRESH,
+    StopTraining,
+    check_var_value,
+    emit_return_error,
+    note_callback,
+    proceed_twice,
+    return_error,
+)
+
+__all__ = ["Proceed", "absorb", "call_around", "emitter", "finish_emit", "finish_phase",
+           "first_admitted", "run_emit_steps", "run_steps"]
+
+_OBJECT_GETATTRIBUTE: Any = object.__getattribute__  # an instance's own attribute, whatever its class's
+
+
+def first_admitted(steps: tuple[Any, ...], index: int, obj: Any) -> int:
+    """The index of the first step from ``index`` on whose filter (every/once/when)
+    admits this call, or ``len(steps)``. Asking a filter counts the call, so each
+    is asked once per call, in order: around advice is skipped so."""
+    n = len(steps)
+    while index < n:
+        gate = steps[index].gate
+        if gate is None or gate.admit(obj):
+            return index
+        index += 1
+    return n
+
+
+def run_steps(steps: tuple[Any, ...], obj: Any, args: list[Any], kwargs: dict[str, Any],
+              result: Any) -> Any:
+    """Run the steps of one phase in order, those their filter admits, each applying
+    the return contract (``absorb``) to what it returned; returns the result
+    (``result`` as the post callbacks left it; pre and error steps leave it as is).
+    Either twin's Steps run on it.
+
+    A callback that raises ``StopTraining`` does not cost the phase's other
+    callbacks their turn: they run, then the first stop is raised (what is logged
+    or saved does not depend on the order callbacks were attached in)."""
+    for i, step in enumerate(steps):
+        if step.gate is None or step.gate.admit(obj):
+            try:
+                raw = step.invoke(obj, args, kwargs, result)
+            except StopTraining as exc:  # inside the handler: a later error chains to it
+                finish_phase(exc, steps[i + 1:], obj, args, kwargs, result)
+            result = step.absorb(obj, args, kwargs, raw, result)
+    return result
+
+
+def finish_phase(stop: BaseException, steps: tuple[Any, ...], obj: Any, args: list[Any],
+                 kwargs: dict[str, Any], result: Any) -> None:
+    """A callback of a phase raised ``stop`` (a StopTraining): run the phase's
+    remaining ``steps`` (``run_steps``: a later stop is dropped, another error goes
+    on), then raise ``stop``. The fast paths call it on their error path only, so a
+    call that raises nothing pays nothing for the rule."""
+    try:
+        run_steps(steps, obj, args, kwargs, result)
+    except StopTraining:
+        pass  # the first stop is the one raised
+    raise stop
+
+
+def absorb(step: Any, obj: Any, args: list[Any], kwargs: dict[str, Any], raw: Any, result: Any) -> Any:
+    """The return contract: apply ``raw``, what callback ``step`` returned, to the
+    call; returns the call's result.
+
+    * an error callback, or one that takes nothing, returns None;
+    * a post callback that takes ``return_value`` returns the result (or its
+      replacement; None only where the result was None);
+    * a pre callback returns the argument it takes, or a tuple of the ones it
+      takes, in order (each a replacement, None only where the value was None);
+      what it returns is written back into the call.
+    """
+    if step.phase == ERROR:
+        if raw is not None:
+            raise return_error(step, raw, ())
+        return result
+    if step.phase == POST:
+        if step.consumes:
+            if raw is None and result is not None:
+                raise return_error(step, raw, ("return_value",))
+            return raw
+        if raw is not None:
+            raise return_error(step, raw, ())
+        return result
+    n = step.consumes
+    if n == 0:
+        if raw is not None:
+            raise return_error(step, raw, ())
+    elif n == 1:
+        ref = step.refs[0]
+        if raw is None and ref.read(args, kwargs) is not None:
+            raise return_error(step, raw, (ref.name,))
+        check_var_value(step, ref, raw)
+        ref.write(args, kwargs, raw)
+    else:
+        if type(raw) is not tuple or len(raw) != n:
+            raise return_error(step, raw, tuple(r.name for r in step.refs))
+        for ref, value in zip(step.refs, raw):
+            if value is None and ref.read(args, kwargs) is not None:
+                raise return_error(step, raw, tuple(r.name for r in step.refs))
+            check_var_value(step, ref, value)
+        for ref, value in zip(step.refs, raw):
+            ref.write(args, kwargs, value)
+    return result
+
+
+class Proceed:
+    """The ``proceed`` one around advice is given: the around-advice protocol.
+
+    Calling it runs ``rest(args, kwargs)`` (the inner advice, then the function)
+    at most once, and only while the advice's own call lasts (``ended``); what
+    the rest raises passes through the advice without being noted as the
+    advice's own error (``failed``)."""
+
+    __slots__ = ("step", "rest", "state", "raised")
+
+    def __init__(self, step: Any, rest: Callable[[tuple[Any, ...], dict[str, Any]], Any]) -> None:
+        self.step = step
+        self.rest = rest
+        self.state = PROCEED_FRESH  # then PROCEED_CALLED, or PROCEED_ENDED once the advice returned
+        self.raised: BaseException | None = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.state:
+            raise proceed_twice(self.step, self.state)
+        self.state = PROCEED_CALLED
+        try:
+            return self.rest(args, kwargs)
+        except BaseException as exc:
+            self.raised = exc  # passed through: not the around callback's own error
+            raise
+
+    def failed(self, exc: BaseException) -> None:
+        """The advice raised ``exc``: note it as the callback's own unless it came
+        through ``proceed``."""
+        if exc is not self.raised:
+            note_callback(exc, self.step.label, self.step.event)
+
+    def ended(self) -> None:
+        """The advice's call is over: a proceed it kept refuses to run."""
+        if not self.state:
+            self.state = PROCEED_ENDED
+
+
+def call_around(around: tuple[Any, ...], index: int, func: Callable[..., Any], obj: Any,
+                args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Call around advice ``index`` (skipping filtered ones) with a ``Proceed`` that
+    runs the rest, or, past the last, the function."""
+    pass_obj = around[0].pass_obj  # a method's advice: the function takes the object
+    index = first_admitted(around, index, obj)
+    if index == len(around):
+        return func(obj, *args, **kwargs) if pass_obj else func(*args, **kwargs)
+    step = around[index]
+    proceed = Proceed(step, lambda args, kwargs: call_around(around, index + 1, func, obj, args, kwargs))
+    try:
+        if pass_obj:
+            return step.fn(obj, proceed, *args, **kwargs)
+        return step.fn(proceed, *args, **kwargs)
+    except BaseException as exc:
+        proceed.failed(exc)
+        raise
+    finally:
+        proceed.ended()
+
+
+# --- Custom events: obj.emit(name, **kw) and hookwrap.emit(obj, name, **kw) ----
+
+def run_emit_steps(steps: tuple[Any, ...], target: Any, name: str, kwargs: dict[str, Any]) -> None:
+    """Call each listener (``_policy.EmitStep``) of one call shape that its filter
+    admits, with the keywords it takes; a listener returns None; a StopTraining
+    is raised after the others had their turn (``finish_emit``)."""
+    for i, (fn, gate, _take, names, label) in enumerate(steps):
+        if gate is not None and not gate.admit(target):
+            continue
+        try:
+            r = fn(target, **{key: kwargs[key] for key in names})
+        except StopTraining as e:
+            note_callback(e, label, name)
+            finish_emit(e, steps[i + 1:], target, name, kwargs)
+        except BaseException as e:
+            note_callback(e, label, name)
+            raise
+        if r is not None:
+            raise emit_return_error(label, name, r)
+
+
+def finish_emit(stop: BaseException, steps: tuple[Any, ...], target: Any, name: str,
+                kwargs: dict[str, Any]) -> None:
+    """A listener raised ``stop``: the remaining listeners run, then it is raised
+    (``finish_phase`` for custom events)."""
+    try:
+        run_emit_steps(steps, target, name, kwargs)
+    except StopTraining:
+        pass  # the first stop is the one raised
+    raise stop
+
+
+def emitter(planner: Any) -> Callable[..., None]:
+    """The ``emit`` function. On a miss it asks ``planner.gather(target, tp, name)``
+    for the event's listeners (which it caches on their owner, an ``EmitEvent``)
+    and ``planner.plan(event, shape, tp, name)`` for a call shape's steps (which it
+    keeps in ``event.plans``, and their runner in ``event.runners``, for the first
+    MAX_CALL_SHAPES shapes). The pure twin's emit; the compiled one keeps it to
+    report a malformed call as Python would, and torch.compile traces it."""
+
+    def emit(target: Any, name: str, /, **kwargs: Any) -> None:
+        """Call the callbacks of custom event ``name`` on ``target``, each with the
+        keywords it names (and ``target`` as its first argument)."""
+        tp = target if isinstance(target, type) else type(target)
+        record = getattr(tp, RECORD_ATTR, None)
+        if record is not None and record.cls is not tp:
+            record = None  # a base class's
+        state = None
+        if record is not None and record.stateful and tp is not target:
+            # Some instance holds listeners of its own. The attribute is found in
+            # any case: the class holds None (see _owners.class_record).
+            state = (target.__hookwrap__ if not record.own_getattribute
+                     else _OBJECT_GETATTRIBUTE(target, STATE_KEY))  # its own, not a proxy's answer
+        owner = state if state is not None else record
+        try:  # (a subscript, not .get: no method call)
+            event = owner.emit_cache[name] if owner is not None else None
+        except (KeyError, TypeError):  # TypeError: an unhashable name, which gather refuses
+            event = None
+        if event is None:  # not gathered yet
+            event = planner.gather(target, tp, name)
+        if not event.listeners:  # nothing to plan or run for any call shape
+            return
+        shape = tuple(kwargs)
+        try:
+            run = event.runners[shape]
+        except KeyError:  # plan the shape: its steps, and their runner
+            plan = planner.plan(event, shape, tp, name)
+            run = event.runners.get(shape)
+            if run is None:  # past MAX_CALL_SHAPES: planned for this call only
+                run_emit_steps(plan, target, name, kwargs)
+                return
+        run(target, name, kwargs)
+
+    return emit
+
