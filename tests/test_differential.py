@@ -373,12 +373,12 @@ def test_twins_agree_on_random_scenarios(twins: tuple[Any, Any], ops: list[Any])
 
 @pytest.fixture(scope="module")
 def generated_and_reference() -> Iterator[tuple[Any, Any]]:
-    """Two pure twins: one as shipped (calls run on code _codegen generates from the
+    """Two pure twins: one as shipped (calls run on code _fast_py generates from the
     plan), one whose calls all take the reference path: ``_rules``' absorb,
     call_around and emit loop, each rule written once."""
     generated, reference = _side_by_side("1", "1")
-    reference._codegen.runner = lambda *args: False  # no generated runner: the general path
-    reference._emit.emit_runner = lambda plan: functools.partial(reference._rules.run_emit_steps, plan)
+    reference._fast_py.generated_runner = lambda *args: False  # no generated runner: the general path
+    reference._chains.emit_runner = lambda plan: functools.partial(reference._rules.run_emit_steps, plan)
     yield generated, reference
 
 

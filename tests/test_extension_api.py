@@ -70,15 +70,15 @@ def test_the_check_catches_private_imports_relative_and_absolute():
               "from ..errors import HookError\n"
               "from ..extend import reader\n"
               "from ._attach import reader\n"
-              "from .._reader import reader\n"
+              "from .._signature import reader\n"
               "def f():\n"
-              "    import hookwrap._state\n"
+              "    import hookwrap._lifecycle\n"
               "from hookwrap._dispatch import join_point_of\n"
               "from .. import _fast\n"
               "from hookwrap.integrations import _weaving\n")
     assert private_imports(source, "torch", "x.py") == [
-        "x.py:5: from .._reader import reader",
-        "x.py:7: import hookwrap._state",
+        "x.py:5: from .._signature import reader",
+        "x.py:7: import hookwrap._lifecycle",
         "x.py:8: from hookwrap._dispatch import join_point_of",
         "x.py:9: from .. import _fast",
         "x.py:10: from hookwrap.integrations import _weaving",
@@ -453,3 +453,14 @@ def test_has_join_point_refuses_an_event_where_a_join_point_name_belongs(hw, ext
     assert has_join_point(Loop, "loss") and not has_join_point(Loop, "los")
     with pytest.raises(hw.HookError, match=r"Pass the join point's name, 'loss', not the event 'post-loss'"):
         has_join_point(Loop, "post-loss")
+
+
+def test_process_group_is_none_without_one_and_the_decisions_ask_it(hw, ext, monkeypatch):
+    """One place asks whether a process group is up (``process_group``): the rank
+    and the decisions of hookwrap.torch.distributed read it, never torch itself."""
+    assert ext.process_group() is None
+    monkeypatch.setenv("RANK", "2")
+    assert ext.process_rank() == 2  # no group: torchrun's RANK
+    distributed = pytest.importorskip("hookwrap.torch.distributed", reason="needs torch")
+    assert distributed.process_group is ext.process_group
+    assert not distributed.is_distributed() and distributed.any_rank(True) and distributed.per_rank(5) == [5]

@@ -1,4 +1,4 @@
-"""Generated code (_codegen) reads like code: a traceback through it names what
+"""Generated code (_fast_py) reads like code: a traceback through it names what
 it runs and shows its lines, and what it keeps for that is bounded."""
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def test_a_traceback_through_an_emit_runner_names_its_listener(hw):
 
 
 def test_the_same_code_generated_again_keeps_one_entry_and_new_code_stops_at_the_bound(hw, monkeypatch):
-    codegen = hw._codegen
+    codegen = hw._fast_py
     monkeypatch.setattr(codegen, "_sources", set())
     monkeypatch.setattr(codegen, "_SOURCES_KEPT", 5)
     for _ in range(3):  # a chain planned again (callbacks added and removed each epoch)
@@ -81,7 +81,7 @@ def test_inspect_on_a_generated_function_never_caches_another_files_lines_under_
     code names no module, so no other file's lines are cached under its name."""
     import inspect
 
-    codegen = hw._codegen
+    codegen = hw._fast_py
     run = codegen._define("def run():\n    return 1\n", "inspected", {}, "run")
     try:
         inspect.getsource(run)
@@ -91,7 +91,7 @@ def test_inspect_on_a_generated_function_never_caches_another_files_lines_under_
 
 
 def test_a_name_with_a_newline_or_nul_is_escaped_and_a_long_one_cut(hw):
-    codegen = hw._codegen
+    codegen = hw._fast_py
     run = codegen._define("def run():\n    return 2\n", "odd\nname\x00" + "x" * 500, {}, "run")
     name = run.__code__.co_filename
     assert "\n" not in name and "\x00" not in name and "odd\\nname\\x00" in name

@@ -104,16 +104,15 @@ def test_the_check_finds_a_cycle_and_reads_relative_imports():
 
 def test_the_package_has_no_import_cycle():
     graph = import_graph()
-    assert "hookwrap._instances" in graph and "hookwrap._owners" in graph["hookwrap._instances"]
+    assert "hookwrap._tiers" in graph and "hookwrap._owners" in graph["hookwrap._tiers"]
     assert cycles(graph) == []
 
 
 def test_registration_layers_import_downward_only():
-    """A registration's path (_registration -> _instances -> _checks -> _owners):
+    """A registration's path (_registration -> _instances -> _joinpoints -> _owners):
     each of these imports only the ones below it, so it can call down and never back."""
     graph = import_graph()
-    layers = ["hookwrap._registration", "hookwrap._instances", "hookwrap._checks",
-              "hookwrap._joinpoints", "hookwrap._owners"]
+    layers = ["hookwrap._registration", "hookwrap._tiers", "hookwrap._joinpoints", "hookwrap._owners"]
     for i, module in enumerate(layers):
         above = set(layers[:i])
         assert not graph[module] & above, f"{module} imports {sorted(graph[module] & above)}, above it"
@@ -121,8 +120,36 @@ def test_registration_layers_import_downward_only():
 
 def test_the_compiled_twin_imports_nothing_of_the_pure_one():
     """``_fast.pyx`` mirrors ``_rules`` and takes its constants from ``_policy``; it
-    never reaches into the pure twin (``_fast_py``) or its code generator."""
+    never reaches into the pure twin (``_fast_py``, with its code generator)."""
     source = (SRC / "_fast.pyx").read_text(encoding="utf-8")
     imported = {line.split()[1] for line in source.splitlines() if line.startswith(("from .", "import "))}
     assert "._rules" in imported and "._policy" in imported
-    assert not imported & {"._fast_py", "._codegen"}, sorted(imported)
+    assert "._fast_py" not in imported, sorted(imported)
+
+
+def test_the_layout_page_names_every_core_module_on_its_floor():
+    """docs/design/layout.md shows the core floor by floor: every module of it is
+    named, on the floor its imports put it (one more than the highest floor it
+    imports from; ``_fast.pyx`` read for its imports too)."""
+    import re
+
+    text = (SRC.parent.parent / "docs" / "design" / "layout.md").read_text(encoding="utf-8")
+    named: dict[str, str] = {}
+    for floor, files in re.findall(r"^\| (\d+|top) \| ((?:`[^`]+`(?:, )?)+) \|", text, re.M):
+        for name in re.findall(r"`(?:hookwrap/)?([\w.]+)`", files):
+            named[name] = floor
+    core = {path.name for path in SRC.glob("*.py")} | {"_fast.pyx"}
+    assert set(named) == core, f"not on the page: {sorted(core - set(named))}; gone: {sorted(set(named) - core)}"
+    graph = import_graph()
+    pyx = (SRC / "_fast.pyx").read_text(encoding="utf-8")
+    graph["hookwrap._fast"] = {f"hookwrap.{line.split()[1][1:]}" for line in pyx.splitlines()
+                               if line.startswith("from .")}
+
+    def floor(module: str) -> int:
+        below = [floor(d) for d in graph[module] if d.count(".") == 1 and d != module]
+        return 1 + max(below, default=0)
+
+    for name, shown in named.items():
+        if shown != "top":
+            module = "hookwrap." + name.rsplit(".", 1)[0]
+            assert shown == str(floor(module)), f"{name} is on floor {floor(module)}, the page says {shown}"

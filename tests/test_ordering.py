@@ -169,7 +169,7 @@ def test_many_prepends_and_a_long_before_chain_stay_cheap(hw, monkeypatch):
     RecursionError. Counted, not timed: prepend alone matches no pair at all."""
     import sys
 
-    import hookwrap._options as options
+    import hookwrap._entries as options
 
     matched = []
     real_matches = options._matches
@@ -190,7 +190,7 @@ def test_many_prepends_and_a_long_before_chain_stay_cheap(hw, monkeypatch):
     assert matched == []
 
     # A chain of before= deeper than the recursion limit: ordered without recursing.
-    from hookwrap._options import Registration, make_options, order_entries
+    from hookwrap._entries import Registration, make_options, order_entries
 
     fns = [numbered(i) for i in range(300)]
     entries = [Registration("pre-step", fns[0])] + [

@@ -143,7 +143,7 @@ def random_entries(hw: Any, rng: random.Random, acyclic: bool) -> list[Any]:
     """A list of Registrations with random prepend/before/after. ``acyclic``: every
     constraint follows one random rank, so only references naming several
     callbacks (a name, a class) can still close a cycle."""
-    from hookwrap._options import Registration, make_options
+    from hookwrap._entries import Registration, make_options
 
     fns = pool(hw, rng)
     n = rng.randint(1, 14)
@@ -170,7 +170,7 @@ def random_entries(hw: Any, rng: random.Random, acyclic: bool) -> list[Any]:
 
 @pytest.mark.parametrize("acyclic", [True, False], ids=["dags", "any"])
 def test_order_entries_matches_the_algorithm_it_replaced(hw, acyclic):
-    from hookwrap._options import order_entries
+    from hookwrap._entries import order_entries
 
     rng = random.Random(32 + acyclic)
     raised = 0
@@ -187,7 +187,7 @@ def test_registration_checks_and_orders_as_the_algorithm_it_replaced(hw):
     removals and direct changes of obj.callbacks between them: each is refused
     exactly when the old check raised (the same message), and each call runs the
     callbacks in the old order."""
-    from hookwrap._options import Registration, make_options
+    from hookwrap._entries import Registration, make_options
 
     rng = random.Random(3200)
     refused = stored = 0
@@ -257,7 +257,7 @@ def calls_of(t: Any) -> list[Any]:
 
 def _running(t: Any) -> list[Any]:
     from hookwrap._tiers import entries_for
-    from hookwrap._instances import instance_state
+    from hookwrap._tiers import instance_state
 
     state = instance_state(t, create=False)
     jp = type(t).__dict__["step"]
@@ -285,7 +285,7 @@ def test_each_registration_indexes_only_itself(hw, monkeypatch, tier, shape):
     and runs no full ordering (``order_entries``, which took time quadratic in
     the entries, and ran at every registration: cubic in all). The first call
     orders the chain once: one more index per entry."""
-    options = sys.modules["hookwrap._options"]
+    options = sys.modules["hookwrap._entries"]
     registration = sys.modules["hookwrap._registration"]
     indexed: list[Any] = []
     ordered: list[int] = []
@@ -348,7 +348,7 @@ def test_a_cycle_found_by_the_graph_is_named_as_before(hw):
         def step(self):
             pass
 
-    from hookwrap._options import Registration, make_options
+    from hookwrap._entries import Registration, make_options
 
     t = Trainer()
     fns = [numbered(i) for i in range(50)]

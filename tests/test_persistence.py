@@ -106,28 +106,43 @@ def test_the_hookwrap_names_a_pickle_holds_are_pinned(built):
     clone = Recording(io.BytesIO(pickle.dumps(t))).load()
     assert [clone.compute_loss(2), clone.compute_loss(2)] == [2.1, 4.1]  # every=2, loaded with it
     assert {name for name in seen if name.startswith("hookwrap")} == {
-        "hookwrap._options.Gate", "hookwrap._options.Options", "hookwrap._options.Registration",
-        "hookwrap._instances.InstanceRecord",
+        "hookwrap._entries.Gate", "hookwrap._entries.Options", "hookwrap._entries.Registration",
+        "hookwrap._tiers.InstanceRecord",
     }
 
 
-def test_a_callbacks_list_pickled_when_it_was_defined_in_tiers_still_loads(built):
+def test_a_callbacks_list_pickled_when_it_was_defined_in_instances_still_loads(built):
+    """InstanceCallbackList lived in hookwrap._instances until that was merged back
+    into _tiers: a pickle naming it there still loads."""
     t = built.Trainer()
     t.before("loss", built.double_batch)
     new = pickle.dumps(t.callbacks, protocol=0)
-    assert b"hookwrap._instances\nInstanceCallbackList\n" in new
-    old = new.replace(b"hookwrap._instances\nInstanceCallbackList\n", b"hookwrap._tiers\nInstanceCallbackList\n")
+    assert b"hookwrap._tiers\nInstanceCallbackList\n" in new
+    old = new.replace(b"hookwrap._tiers\nInstanceCallbackList\n", b"hookwrap._instances\nInstanceCallbackList\n")
     assert pickle.loads(old) == [("pre-loss", built.double_batch)]
 
 
-@pytest.mark.parametrize("saved_as", ["hookwrap._tiers\nInstanceHooks", "hookwrap._tiers\nInstanceRecord"])
+def test_an_object_pickled_when_its_registrations_lived_in_options_still_loads(built):
+    """Registration, Options and Gate lived in hookwrap._options before it was merged
+    into _entries: a pickle naming them there still loads."""
+    t = built.Trainer()
+    t.before("loss", built.double_batch, every=2)
+    new = pickle.dumps(t, protocol=0)
+    assert b"hookwrap._entries\nRegistration\n" in new
+    clone = pickle.loads(new.replace(b"hookwrap._entries\n", b"hookwrap._options\n"))
+    assert [clone.compute_loss(2), clone.compute_loss(2)] == [2.1, 4.1]  # every=2, loaded with it
+
+
+@pytest.mark.parametrize("saved_as", ["hookwrap._tiers\nInstanceHooks", "hookwrap._instances\nInstanceRecord",
+                                      "hookwrap._instances\nInstanceHooks"])
 def test_an_object_pickled_under_an_earlier_name_of_the_instance_record_still_loads(built, saved_as):
     """hookwrap 0.1.0 pickled an instance's record as hookwrap._tiers.InstanceHooks,
-    later versions as hookwrap._tiers.InstanceRecord, before it moved to _instances."""
+    later versions as hookwrap._tiers.InstanceRecord, then, while it lived in
+    hookwrap._instances, as hookwrap._instances.InstanceRecord; it is back in _tiers."""
     t = built.Trainer()
     t.before("loss", built.double_batch)
     new = pickle.dumps(t, protocol=0)  # names classes as text lines: renamable in place
-    assert b"hookwrap._instances\nInstanceRecord\n" in new
-    clone = pickle.loads(new.replace(b"hookwrap._instances\nInstanceRecord\n", saved_as.encode() + b"\n"))
+    assert b"hookwrap._tiers\nInstanceRecord\n" in new
+    clone = pickle.loads(new.replace(b"hookwrap._tiers\nInstanceRecord\n", saved_as.encode() + b"\n"))
     assert clone.compute_loss(2) == t.compute_loss(2) == 4.1  # its callback came back with it
     assert clone.callbacks == [("pre-loss", built.double_batch)]

@@ -95,7 +95,7 @@ def test_review_dispatch_function_source_survives_runner_churn(hw):
     # adding and removing callbacks per epoch) evict their lines from linecache.
     if hw.USING_EXTENSION:
         pytest.skip("the compiled twin generates no dispatch functions")
-    codegen = hw._codegen
+    codegen = hw._fast_py
 
     class Loop(hw.Hookable):
         @hw.hookable
@@ -167,7 +167,7 @@ def test_review_stateful_callbacks_of_what_has_no_join_points_is_empty(hw, ext, 
 def test_review_generating_code_never_removes_a_linecache_entry(hw, monkeypatch):
     # Removing one would race another thread's traceback (3.11/3.12's
     # linecache.getlines reads `name in cache`, then `cache[name]`, unlocked).
-    codegen = hw._codegen
+    codegen = hw._fast_py
     monkeypatch.setattr(codegen, "_SOURCES_KEPT", len(codegen._sources) + 10)
     before = dict(linecache.cache)
     for i in range(50):  # past the bound

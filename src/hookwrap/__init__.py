@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import sys as _sys
+
 from ._dispatch import USING_EXTENSION
-from ._api import after
-from ._api import around
-from ._api import before
-from ._api import on
-from ._api import on_error
+from ._registration import after
+from ._registration import around
+from ._registration import before
+from ._registration import on
+from ._registration import on_error
 from ._callback import Callback
 from ._callback import add_callback
 from ._callback import register_global_callback
 from ._describe import Description
 from ._describe import describe
-from ._emit import emit
+from ._chains import emit
 from .errors import CallbackPicklingError
 from .errors import CallbackReturnError
 from .errors import CallbackSignatureError
@@ -27,9 +29,9 @@ from ._hookable import hookable
 from ._mixin import CallbackMixin
 from ._mixin import Hookable
 from ._registration import Handle
-from ._state import CallbackState
-from ._state import callback_state
-from ._state import load_callback_state
+from ._lifecycle import CallbackState
+from ._lifecycle import callback_state
+from ._lifecycle import load_callback_state
 from ._weave import WeaveHandle
 from ._weave import weave
 
@@ -67,3 +69,16 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+# A hookable object's pickle names the hookwrap classes it holds by module path.
+# Where one lived before its module was merged into another, it still loads from:
+# the old path is an alias of the new module (pickle imports it, and finds it here).
+from . import _entries as _entries_module  # noqa: E402
+from . import _lifecycle as _lifecycle_module  # noqa: E402
+from . import _tiers as _tiers_module  # noqa: E402
+
+_MOVED = {"hookwrap._options": _entries_module, "hookwrap._state": _lifecycle_module,
+          "hookwrap._instances": _tiers_module}
+for _old, _module in _MOVED.items():
+    _sys.modules.setdefault(_old, _module)
+del _old, _module

@@ -21,8 +21,8 @@ from __future__ import annotations
 import inspect
 from typing import Any, AsyncGenerator, Callable, Generator
 
-from ._rules import Proceed, call_around, first_admitted, run_steps
-from .errors import StopTraining, note_callback, proceed_not_awaited
+from ._rules import Proceed, call_around, first_admitted, proceed_not_awaited, run_steps
+from .errors import StopTraining, note_callback
 
 __all__ = ["run_chain_async", "run_chain_async_generator", "run_chain_generator"]
 

@@ -22,9 +22,9 @@ from ._lifecycle import Defers, is_boundary, settling
 from ._joinpoints import all_join_points, declared_custom_events, target_join_points
 from ._registration import Handle, register_entries, register_global
 from .errors import CallbackSignatureError, HookError, UnknownEventError, closest, safe_repr
-from ._events import CUSTOM, PHASES, callback_object_event, normalize, parse_event
-from ._options import Options, Registration, make_options
-from ._reader import READER_PHASE_ATTR
+from ._entries import CUSTOM, PHASES, callback_object_event, normalize, parse_event
+from ._entries import Options, Registration, make_options
+from ._signature import READER_PHASE_ATTR
 
 __all__ = ["Callback", "NotACallbackError", "add_callback", "callback_events", "register_global_callback"]
 

@@ -8,11 +8,11 @@ from typing import Any
 
 from ._dispatch import join_point_of
 from ._joinpoints import declared_custom_events, find_join_point, join_points, spec_of
-from ._checks import fitting_step
-from ._instances import can_hold_state, instance_state
+from ._joinpoints import fitting_step
+from ._tiers import can_hold_state, instance_state
 from ._tiers import GLOBAL_TIER, Entry, entries_for
 from .errors import HookError, UnknownEventError
-from ._events import CUSTOM, PHASES, normalize
+from ._entries import CUSTOM, PHASES, normalize
 from ._signature import callable_label
 
 __all__ = ["Description", "describe"]

@@ -40,11 +40,11 @@ from ._rules import finish_emit as _finish_emit
 from ._rules import finish_phase
 
 from .errors import note_callback as _note_callback
-from .errors import emit_return_error as _emit_return_error
-from .errors import check_var_value as _check_var_value
-from .errors import missing_argument as _missing_argument
-from .errors import proceed_twice as _proceed_twice
-from .errors import return_error as _return_error
+from ._rules import emit_return_error as _emit_return_error
+from ._rules import check_var_value as _check_var_value
+from ._rules import missing_argument as _missing_argument
+from ._rules import proceed_twice as _proceed_twice
+from ._rules import return_error as _return_error
 from .errors import StopTraining as _StopTraining
 
 cdef extern from "Python.h":
@@ -827,7 +827,7 @@ cdef class JoinPoint(_BindsLikeAFunction):
     cdef public object attr_name
     cdef public bint is_async
     cdef public object run_wrapped  # see the planner's wrapped_runner
-    cdef public object guard  # _guarded.Guard: what runs around its callbacks, when they run
+    cdef public object guard  # _policy.Guard: what runs around its callbacks, when they run
     cdef public object planner
     cdef public object spec  # its parameters, read once (signature.JoinPointSpec)
     cdef public object record  # registrations on this function itself (_owners.Record)
@@ -977,7 +977,7 @@ cdef class _Proceed:
     cdef readonly Py_ssize_t index
     cdef readonly object func
     cdef readonly object obj
-    cdef readonly int state  # errors.PROCEED_FRESH, _CALLED, or _ENDED (its advice returned)
+    cdef readonly int state  # _rules.PROCEED_FRESH, _CALLED, or _ENDED (its advice returned)
     cdef readonly object raised
     # Its vectorcall is set by _around_from, which makes every one: a __cinit__
     # would cost each ~50 instructions parsing its (empty) arguments.

@@ -35,7 +35,7 @@ from ._policy import CLASSMETHOD, FUNCTION, JOIN_POINT_ATTR
 from ._joinpoints import name_join_point, track_join_point
 from ._registration import Handle, register
 from .errors import HookError, safe_repr
-from ._events import PHASES
+from ._entries import PHASES
 
 __all__ = ["HookableCallable", "HookableClassCallable", "HookableWrapper", "hookable", "make_join_point"]
 

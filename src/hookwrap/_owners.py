@@ -8,7 +8,7 @@ that would keep that thing alive.
   ``WeakKeyDictionary`` would not be (a value that refers to its key, such as a
   callback method using ``super()``, keeps the key alive);
 * a plain function join point: a ``Record`` in ``jp.record``;
-* an instance: ``InstanceRecord`` in its own attribute ``__hookwrap__`` (``_instances``);
+* an instance: ``InstanceRecord`` in its own attribute ``__hookwrap__`` (``_tiers``);
 * the global tier: ``GLOBAL``.
 
 Every owner stores and removes its registrations itself (``add``, ``remove``) and
@@ -28,7 +28,7 @@ from typing import Any, Iterator
 
 from ._policy import RECORD_ATTR, STATE_KEY
 from .errors import HookError
-from ._events import callback_method_event, normalize
+from ._entries import callback_method_event, normalize
 
 __all__ = [
     "GLOBAL",
@@ -59,7 +59,7 @@ lock = threading.RLock()
 class Record:
     """The registrations of one owner, and the chains built from them. Every owner
     of registrations (this, ClassRecord, the GLOBAL one, an instance's
-    _instances.InstanceRecord) has ``registrations``, ``add(entries)``,
+    _tiers.InstanceRecord) has ``registrations``, ``add(entries)``,
     ``remove(entry)`` and ``changed(event)``: the one place that invalidates what
     a change of them touches. Callers hold ``lock`` and have checked the entries."""
 

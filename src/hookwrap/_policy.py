@@ -1,6 +1,6 @@
 """What a plan is made of, shared by both twins and written once: its constants,
 where a call shape's arguments are (``step_slots``), and the listener plan of a
-custom event. The rules a call follows are ``_rules``'.
+custom event; a join point's ``Guard``. The rules a call follows are ``_rules``'.
 
 Nothing here runs per call on the compiled path: ``_fast.pyx`` imports the
 strings and bounds, and compiles the numbers in as C constants
@@ -35,7 +35,7 @@ AROUND = 2
 ERROR = 3
 
 # How far a guarded join point's function got when a callback raised StopTraining
-# (what ``Guard.stopped`` is told; see _guarded).
+# (what ``Guard.stopped`` is told; see Guard below).
 NOT_STARTED = 0
 STARTED = 1  # interrupted midway
 DONE = 2
@@ -66,7 +66,7 @@ JOIN_POINT_ATTR = "__hookwrap_join_point__"
 #       function, run_wrapped(chain, func, obj, args, kwargs), or None
 
 
-# A call shape's plan (_fast._plan_shape, _codegen.runner): where each argument a
+# A call shape's plan (_fast._plan_shape, _fast_py.runner): where each argument a
 # step names is found in a call with `nargs` positional arguments then the
 # keywords `kwnames`: its place among them (0 ..), or one of these.
 SLOT_DEFAULT = -1  # not passed: its default (post callbacks only)
@@ -105,3 +105,30 @@ class EmitStep(NamedTuple):
     take: tuple[int, ...] | None
     names: tuple[str, ...]
     label: str
+
+
+# --- A join point's guard (``hookwrap.extend.guard``) ---------------------------
+# What runs around a join point's callbacks, when they run. The dispatch runs a
+# chain only when callbacks are to run; with none it calls the function itself,
+# at the cost of the dispatch alone. A preset uses that: what it adds around a
+# framework's stage (catch ``StopTraining`` and stop the framework's way, refuse
+# a change the framework would never see) is only needed when a callback runs,
+# so it is the join point's ``guard``, which both twins read only on that path
+# (``_fast._run_guarded`` and its mirror ``_fast_py._run_guarded``): the chain
+# runs around a recorder of the function, in the twin's own runner, and the
+# guard's functions are called only when their case comes.
+
+class Guard:
+    """``stopped(obj, exc, ran, result, args, kwargs)``: a callback of the call raised
+    StopTraining ``exc``; ``ran`` says how far the function got (NOT_STARTED,
+    STARTED: interrupted midway, DONE: ``result`` is what it returned), ``args`` and
+    ``kwargs`` are the call's own (``args[0]`` the object). It returns what the
+    call returns, or raises. ``admit(obj)`` (optional): False runs the function
+    alone, without callbacks. ``changed(obj, original, result)`` (optional): the
+    callbacks returned another value than the function did."""
+
+    __slots__ = ("admit", "changed", "stopped")
+
+    def __init__(self, stopped: Callable[..., Any], admit: Callable[[Any], bool] | None = None,
+                 changed: Callable[[Any, Any, Any], None] | None = None) -> None:
+        self.stopped, self.admit, self.changed = stopped, admit, changed

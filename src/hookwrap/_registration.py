@@ -1,20 +1,31 @@
-"""Registering callbacks, in one straight line: the event parsed once, at the
-public entry (``register``), into a ``Registration``; its owner found (an
-instance's, a class's or a function's record, or the global one); the entry
-checked against the join point (``_checks``), and its order; stored on the owner,
-which invalidates what it changed (``Record.add``). The ``Handle`` returned undoes
-it (``Record.remove``)."""
+"""Registering callbacks, in one straight line: the verbs (``before``, ``after``,
+``around``, ``on_error``, ``on``, for any target: an instance, a class with all
+its instances and subclasses, a module or a hookable function); the event parsed
+once, at the public entry (``register``), into a ``Registration``; its owner
+found (an instance's, a class's or a function's record, or the global one); the
+entry checked against the join point (``_joinpoints``), and its order; stored on the
+owner, which invalidates what it changed (``Record.add``). The ``Handle``
+returned undoes it (``Record.remove``).
+"""
 
 from __future__ import annotations
 
 from types import ModuleType
 from typing import Any, Callable
 
-from ._checks import check_custom_callback, check_registration, fitting_step, planned_step
+from ._joinpoints import check_custom_callback, check_registration, fitting_step, planned_step
 from ._dispatch import join_point_of
-from ._instances import instance_state
-from ._tiers import class_entries
-from ._policy import FUNCTION
+from ._entries import (
+    CUSTOM,
+    PHASES,
+    normalize,
+    parse_event,
+    OrderGraph,
+    Registration,
+    make_options,
+    order_entries,
+)
+from ._tiers import instance_state
 from ._joinpoints import all_join_points, find_owner, has_join_points, name_join_point, spec_of
 from ._owners import (
     GLOBAL,
@@ -25,13 +36,26 @@ from ._owners import (
     refuse_late_class_changes,
     with_subclasses,
 )
-from .errors import HookError, UnknownEventError, closest, safe_repr
-from ._events import CUSTOM, PHASES, normalize, parse_event
-from ._options import OrderGraph, Registration, make_options, order_entries
+from ._policy import FUNCTION
 from ._signature import callable_label
+from ._tiers import class_entries
+from .errors import HookError, UnknownEventError, closest, safe_repr
 
-__all__ = ["Handle", "Removable", "register", "register_entries", "register_global"]
+__all__ = [
+    "Handle",
+    "Removable",
+    "after",
+    "around",
+    "before",
+    "on",
+    "on_error",
+    "register",
+    "register_entries",
+    "register_global",
+]
 
+
+# --- Registering -----------------------------------------------------------------
 
 class Removable:
     """Base of every handle hookwrap returns: ``remove()`` undoes what made it and
@@ -51,7 +75,7 @@ class Removable:
 
 
 # Where a registration was stored: its owner (an _owners.Record, or an instance's
-# _instances.InstanceRecord: each has `registrations`, `add`, `remove`), and the entry.
+# _tiers.InstanceRecord: each has `registrations`, `add`, `remove`), and the entry.
 Place = tuple[Any, Registration]
 
 
@@ -339,3 +363,32 @@ def register_global(registrations: list[Registration], where: str) -> Handle:
         if all(fitting_step(registration, spec_of(jp)) is None for jp in matching):
             planned_step(registration, spec_of(matching[0]))  # raises why it does not fit
     return _add(GLOBAL, registrations)
+
+
+# --- The verbs -------------------------------------------------------------------
+
+def before(target: Any, event: str, fn: Callable[..., Any] | None = None, /, **options: Any) -> Handle:
+    """Run ``fn`` before join point ``event`` of ``target`` (event ``pre-<event>``)."""
+    return register(target, "pre", event, fn, options)
+
+
+def after(target: Any, event: str, fn: Callable[..., Any] | None = None, /, **options: Any) -> Handle:
+    """Run ``fn`` after join point ``event`` of ``target`` (event ``post-<event>``)."""
+    return register(target, "post", event, fn, options)
+
+
+def around(target: Any, event: str, fn: Callable[..., Any] | None = None, /, **options: Any) -> Handle:
+    """Wrap join point ``event``: ``fn(self, proceed, *args, **kwargs)`` calls
+    ``proceed(*args, **kwargs)`` at most once and returns the result."""
+    return register(target, "around", event, fn, options)
+
+
+def on_error(target: Any, event: str, fn: Callable[..., Any] | None = None, /, **options: Any) -> Handle:
+    """Observe an exception raised by join point ``event`` or its callbacks (event
+    ``error-<event>``); the exception propagates afterwards."""
+    return register(target, "error", event, fn, options)
+
+
+def on(target: Any, name: str, fn: Callable[..., Any] | None = None, /, **options: Any) -> Handle:
+    """Run ``fn`` when ``target`` emits custom event ``name``."""
+    return register(target, CUSTOM, name, fn, options)

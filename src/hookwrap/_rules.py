@@ -11,7 +11,7 @@
 The pure twin runs these as they are (``_fast_py.Step.absorb`` is ``absorb``).
 Three kinds of code mirror them for speed, each marked so where it does:
 ``_fast.pyx`` (``Step.absorb``, ``_run_fast``'s inline loop, ``_Proceed`` and
-``_around_from``, the emit plan's loop), the code ``_codegen`` generates, and
+``_around_from``, the emit plan's loop), the code ``_fast_py`` generates, and
 ``_asyncgen``, which adapts ``Proceed`` and ``absorb`` to ``await``.
 tests/test_differential.py holds them equal: the compiled twin against the pure
 one, and the generated code against these functions (random registrations,
@@ -22,21 +22,13 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ._policy import ERROR, POST, RECORD_ATTR, STATE_KEY
-from .errors import (
-    PROCEED_CALLED,
-    PROCEED_ENDED,
-    PROCEED_FRESH,
-    StopTraining,
-    check_var_value,
-    emit_return_error,
-    note_callback,
-    proceed_twice,
-    return_error,
-)
+from ._policy import ERROR, POST, RECORD_ATTR, STATE_KEY, VAR_KW, VAR_POS
+from .errors import CallbackReturnError, HookError, StopTraining, note_callback, safe_repr
 
-__all__ = ["Proceed", "absorb", "call_around", "emitter", "finish_emit", "finish_phase",
-           "first_admitted", "run_emit_steps", "run_steps"]
+__all__ = ["PROCEED_CALLED", "PROCEED_ENDED", "PROCEED_FRESH", "Proceed", "absorb", "call_around",
+           "check_var_value", "emit_return_error", "emitter", "finish_emit", "finish_phase",
+           "first_admitted", "missing_argument", "proceed_not_awaited", "proceed_twice",
+           "return_error", "run_emit_steps", "run_steps"]
 
 _OBJECT_GETATTRIBUTE: Any = object.__getattribute__  # an instance's own attribute, whatever its class's
 
@@ -130,6 +122,10 @@ def absorb(step: Any, obj: Any, args: list[Any], kwargs: dict[str, Any], raw: An
         for ref, value in zip(step.refs, raw):
             ref.write(args, kwargs, value)
     return result
+
+
+# What a proceed() knows of its own use (the dispatch modules keep it per proceed).
+PROCEED_FRESH, PROCEED_CALLED, PROCEED_ENDED = 0, 1, 2
 
 
 class Proceed:
@@ -266,3 +262,108 @@ def emitter(planner: Any) -> Callable[..., None]:
 
     return emit
 
+
+# --- The errors a broken rule raises -----------------------------------------
+# Built only once a rule is broken, so formatting never costs anything on a call
+# that goes well. `step` and `ref` are a dispatch Step / ArgRef (either twin).
+
+def missing_argument(step: Any, ref: Any) -> TypeError:
+    return TypeError(
+        f"callback {step.label} asks for argument {ref.name!r} of event {step.event!r}, "
+        f"but the call did not pass it and it has no default."
+    )
+
+
+def check_var_value(step: Any, ref: Any, value: Any) -> None:
+    """A replacement for ``*args``/``**kwargs`` must keep its container type."""
+    if ref.kind == VAR_POS and not isinstance(value, (tuple, list)):
+        raise CallbackReturnError(
+            f"callback {step.label} for event {step.event!r} returned a "
+            f"{type(value).__name__} for *{ref.name}; return a tuple of positional arguments."
+        )
+    if ref.kind == VAR_KW:
+        if not isinstance(value, dict):
+            raise CallbackReturnError(
+                f"callback {step.label} for event {step.event!r} returned a "
+                f"{type(value).__name__} for **{ref.name}; return a dict of keyword arguments."
+            )
+        for key in value:
+            if not isinstance(key, str):
+                raise CallbackReturnError(
+                    f"callback {step.label} for event {step.event!r} returned a dict for "
+                    f"**{ref.name} with the key {safe_repr(key)}; keyword arguments are named by strings."
+                )
+            if key in ref.extra:  # a named parameter: it has its own argument
+                raise CallbackReturnError(
+                    f"callback {step.label} for event {step.event!r} returned a dict for "
+                    f"**{ref.name} with the key {key!r}, a parameter of its own; ask for {key!r} "
+                    f"and return its replacement instead."
+                )
+
+
+def return_error(step: Any, raw: Any, names: tuple[str, ...]) -> CallbackReturnError:
+    got = "None" if raw is None else f"a {type(raw).__name__} ({_short_repr(raw)})"
+    if step.phase == ERROR:
+        return CallbackReturnError(
+            f"error callback {step.label} for event {step.event!r} returned {got}, but error "
+            f"callbacks observe: they return None and the exception propagates. To recover "
+            f"from the error, use around advice (obj.around) instead."
+        )
+    read = [ref.name for ref in getattr(step, "refs", ()) if ref.name != "return_value"]
+    if not names and step.phase == POST and read:
+        want = (f"None: a post callback reads the arguments ({', '.join(map(repr, read))}) but "
+                f"cannot replace them, the call is over")
+        fix = "drop the return value, or take return_value to replace the result"
+    elif not names:
+        want = "None, since it takes no arguments and so consumes nothing"
+        fix = "drop the return value, or take the argument you mean to replace"
+    elif len(names) == 1:
+        want = f"the value of {names[0]!r} (or a replacement)"
+        fix = f"end the callback with `return {names[0]}`"
+    else:
+        want = f"a tuple of {len(names)} values ({', '.join(names)})"
+        fix = f"end the callback with `return {', '.join(names)}`"
+    return CallbackReturnError(
+        f"callback {step.label} for event {step.event!r} returned {got}, "
+        f"but it must return {want}: a callback returns what it takes. Fix: {fix}."
+    )
+
+
+def emit_return_error(label: str, name: str, result: Any) -> CallbackReturnError:
+    return CallbackReturnError(
+        f"callback {label} for custom event {name!r} returned {type(result).__name__}; "
+        f"custom event callbacks observe and return None."
+    )
+
+
+def _short_repr(value: Any) -> str:
+    try:
+        text = repr(value)
+    except Exception as exc:  # a broken __repr__ must not hide the error being reported
+        return f"<{type(value).__name__} whose repr raised {type(exc).__name__}>"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def proceed_twice(step: Any, state: int = PROCEED_CALLED) -> HookError:
+    """A proceed() called when it may not be: a second time (``PROCEED_CALLED``), or
+    after the advised call it was made for has ended (``PROCEED_ENDED``)."""
+    if state == PROCEED_ENDED:
+        join_point = str(step.event).removeprefix("around-")
+        return HookError(
+            f"around callback {step.label} for event {step.event!r} kept its proceed() and it "
+            f"was called after that call of join point {join_point!r} had ended: proceed is "
+            f"only valid inside the advice's own call, before the advice returns. To run the "
+            f"join point again, call it (its callbacks and advice run again)."
+        )
+    return HookError(
+        f"around callback {step.label} for event {step.event!r} called proceed() a second "
+        f"time; call it at most once (to retry, loop inside a single call of the join point)."
+    )
+
+
+def proceed_not_awaited(step: Any) -> HookError:
+    return HookError(
+        f"async around callback {step.label} for event {step.event!r} called proceed() "
+        f"without awaiting it, so the join point did not run. Fix: `return await proceed(...)` "
+        f"(proceed() of an async join point returns a coroutine)."
+    )

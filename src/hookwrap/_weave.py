@@ -29,7 +29,7 @@ from ._joinpoints import join_points, name_join_point
 from ._owners import changed_class, discard_class_record, is_builtin_type, with_subclasses
 from ._registration import Removable
 from .errors import HookError, HookwrapWarning, closest, safe_repr
-from ._events import PHASES, normalize
+from ._entries import PHASES, normalize
 from ._traced import drop_compiled_code, install
 from ._hookable import make_join_point
 

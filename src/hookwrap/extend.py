@@ -28,7 +28,7 @@ shipped ones do:
   your function gets a ``JoinPointInfo`` (the join point's arguments, whether
   it has an object) when the join point plans the callback, once, and returns the
   reader to use there.
-* **Respect distributed runs** with ``process_rank`` (or set
+* **Respect distributed runs** with ``process_rank`` and ``process_group`` (or set
   ``rank_zero_only = True`` on a callback that only prints or writes).
 * **Keep state across a resume**: a callback with ``state_dict()`` and
   ``load_state_dict(state)`` is saved by ``hookwrap.callback_state(obj)``;
@@ -212,16 +212,17 @@ from types import ModuleType
 from typing import Any, Callable
 
 from ._dispatch import join_point_of
-from ._events import PHASES, normalize
+from ._entries import PHASES, normalize
 from ._policy import METHOD
-from ._guarded import DONE, NOT_STARTED, STARTED, Guard
+from ._policy import DONE, NOT_STARTED, STARTED, Guard
 from ._joinpoints import all_join_points, find_join_point, spec_of, target_join_points
 from ._lifecycle import Defers, Ending, boundary, settle_all, track_deferring
-from ._options import process_rank as _process_rank
-from ._reader import per_join_point as _per_join_point
-from ._reader import reader as _reader
+from ._entries import process_group as _process_group
+from ._entries import process_rank as _process_rank
+from ._signature import per_join_point as _per_join_point
+from ._signature import reader as _reader
 from ._registration import Removable
-from ._state import stateful_callbacks as _stateful_callbacks
+from ._lifecycle import stateful_callbacks as _stateful_callbacks
 from ._weave import weave_only
 from .errors import HookError, UnknownEventError, closest, safe_repr
 
@@ -237,6 +238,7 @@ __all__ = [
     "is_join_point",
     "join_points",
     "per_join_point",
+    "process_group",
     "process_rank",
     "boundary",
     "guard",
@@ -500,6 +502,13 @@ def per_join_point(owner: Any, name: str, choose: Callable[[JoinPointInfo], Any]
         raise HookError(f"{where}: choose must be a callable taking a JoinPointInfo and returning a "
                         f"reader, got {safe_repr(choose)} ({type(choose).__name__}).")
     return _per_join_point(owner, name, functools.partial(_choose_with_info, choose))
+
+
+def process_group() -> Any:
+    """``torch.distributed`` when its default process group is initialised, else
+    None. Never imports torch. What ``process_rank`` and the decisions of
+    ``hookwrap.torch.distributed`` ask before they communicate."""
+    return _process_group()
 
 
 def process_rank() -> int:

@@ -13,33 +13,26 @@ process group, with one collective each, so that every rank gets the same answer
 
 When torch.distributed is not initialised (one process, the usual case) they
 communicate nothing and return their input as a one-rank answer; the check costs a
-dictionary lookup and two calls (``is_available() and is_initialized()``), and
-imports nothing. Each is a collective when it is initialised: every rank must call
+dictionary lookup and two calls (``is_available() and is_initialized()``, asked by
+``hookwrap.extend.process_group``, the one place that asks), and imports nothing.
+Each is a collective when it is initialised: every rank must call
 it, in the same order as the other collectives, or they wait for each other.
 """
 
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Iterator
 from typing import Any
+
+from ..extend import process_group
 
 __all__ = ["all_ranks_mean", "any_rank", "is_distributed", "per_rank", "ranks_where", "written_on_rank_zero"]
 
 
-def _initialized() -> Any:
-    """``torch.distributed`` when its default process group is initialised, else None.
-    Never imports it: a process that has not imported it has no process group."""
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
-        return dist
-    return None
-
-
 def is_distributed() -> bool:
     """True when torch.distributed's default process group is initialised."""
-    return _initialized() is not None
+    return process_group() is not None
 
 
 def _device(dist: Any) -> Any:
@@ -61,7 +54,7 @@ def any_rank(flag: bool) -> bool:
         if any_rank(loss_is_bad):   # every rank stops at the same step
             raise hookwrap.StopTraining("bad loss on some rank")
     """
-    dist = _initialized()
+    dist = process_group()
     if dist is None:
         return bool(flag)
     import torch
@@ -75,7 +68,7 @@ def ranks_where(flag: bool) -> list[int]:
     """The ranks, in order, where ``flag`` is true, the same list on every rank (one
     all-reduce of a world-sized vector); ``[0]`` or ``[]`` when not distributed.
     ``any_rank`` that can also say where."""
-    dist = _initialized()
+    dist = process_group()
     if dist is None:
         return [0] if flag else []
     import torch
@@ -91,7 +84,7 @@ def per_rank(value: int) -> list[int]:
     """Every rank's ``value`` (a whole number), in rank order, the same list on every
     rank (one all-reduce of a world-sized vector); ``[value]`` when not distributed.
     NanGuard shares the step where each rank first saw a non-finite value with it."""
-    dist = _initialized()
+    dist = process_group()
     if dist is None:
         return [int(value)]
     import torch
@@ -106,7 +99,7 @@ def all_ranks_mean(value: float) -> float:
     """The mean of ``value`` over all ranks, the same float on every rank (one
     all-reduce, SUM, in float64, then divided by the world size); ``value`` itself
     when not distributed. A NaN on any rank makes the mean NaN."""
-    dist = _initialized()
+    dist = process_group()
     if dist is None:
         return float(value)
     import torch

@@ -1,27 +1,115 @@
-"""Registration options: filters (``every``, ``once``, ``when``, ``rank_zero_only``)
-and ordering (``prepend``, ``before=``, ``after=``), all checked when a callback is
-registered."""
+"""What a registration is: an entry (``Registration``: the event, the callback, its
+options, the event's phase and join point name parsed once), the grammar of event
+names, and the options checked when it is registered: filters (``every``,
+``once``, ``when``, ``rank_zero_only``: a ``Gate``) and ordering (``prepend``,
+``before=``, ``after=``: ``OrderGraph``, ``order_entries``).
+
+Event names: a join point ``X`` has the events ``pre-X``, ``post-X``,
+``around-X`` and ``error-X``. The phase is the exact prefix before the first
+``-``, never a substring test (ArcticTraining treats ``post-predict`` as a pre
+event because ``"pre" in`` it). Any other identifier, such as
+``on_validation_end``, names a custom event, fired with ``emit`` and declared in
+the class's ``emits``.
+"""
 
 from __future__ import annotations
 
 import inspect
 import os
+import re
 import sys
 import threading
-from typing import Any, Callable, Sequence, cast
+from typing import Any, Callable, Iterable, Sequence, cast
 
-from .errors import HookError, add_note_once, closest, safe_repr
-from ._events import CUSTOM, normalize, parse_event
+from .errors import HookError, UnknownEventError, add_note_once, closest, safe_repr
 
-__all__ = ["Gate", "OrderGraph", "Options", "Registration", "make_options", "order_entries", "process_rank"]
+__all__ = [
+    "CUSTOM",
+    "Gate",
+    "Options",
+    "OrderGraph",
+    "PHASES",
+    "Registration",
+    "callback_method_event",
+    "callback_object_event",
+    "make_options",
+    "normalize",
+    "order_entries",
+    "parse_event",
+    "process_group",
+    "process_rank",
+]
+
+
+# --- Event names -----------------------------------------------------------------
+
+PHASES = ("pre", "post", "around", "error")
+CUSTOM = "on"  # the phase of a custom event
+
+_CLASS_METHOD = re.compile(r"^(pre|post|around|error)_(.+)_callback$")
+_OBJECT_METHOD = re.compile(r"^(pre|post|around|error)_(.+)$")
+
+
+def normalize(name: str) -> str:
+    """Join point names compare with ``-`` and ``_`` treated alike."""
+    return name.replace("-", "_")
+
+
+def parse_event(event: object, where: str, known: Iterable[str] = ()) -> tuple[str, str]:
+    """``"pre-step"`` -> ``("pre", "step")``; ``"on_fit_end"`` -> ``("on", "on_fit_end")``.
+
+    ``known`` (event strings) feeds the 'did you mean' of the error.
+    """
+    if not isinstance(event, str):
+        raise UnknownEventError(
+            f"{where}: an event must be a string like 'pre-step', 'post-step' or a custom "
+            f"event name, got {safe_repr(event)} ({type(event).__name__})."
+        )
+    phase, sep, name = event.partition("-")
+    if sep and phase in PHASES and name:
+        return phase, name
+    if not sep and event.isidentifier():
+        return CUSTOM, event
+    raise UnknownEventError(
+        f"{where}: {safe_repr(event)} is not an event name. Events are '<phase>-<join point>' with a "
+        f"phase of {', '.join(PHASES)} (e.g. 'pre-step'), or a custom event name."
+        + closest(event, known)
+    )
+
+
+def callback_method_event(attr: str) -> tuple[str, str] | None:
+    """A class-tier method name: ``"pre_step_callback"`` -> ``("pre", "step")``."""
+    m = _CLASS_METHOD.match(attr)
+    return (m.group(1), m.group(2)) if m else None
+
+
+def callback_object_event(attr: str) -> tuple[str, str] | None:
+    """A ``Callback`` method name: ``"pre_loss"`` -> ``("pre", "loss")``,
+    ``"on_fit_end"`` -> ``("on", "on_fit_end")``; ``None`` if it names no event."""
+    if attr.startswith("on_"):
+        return CUSTOM, attr
+    m = _OBJECT_METHOD.match(attr)
+    return (m.group(1), m.group(2)) if m else None
+
+
+# --- Options: filters and ordering -----------------------------------------------
+
+def process_group() -> Any:
+    """``torch.distributed`` when its default process group is initialised, else
+    None: the one place hookwrap asks. Never imports torch (``import hookwrap``
+    stays light): a process that has not imported it has no process group."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist
+    return None
 
 
 def process_rank() -> tuple[int, bool]:
     """This process's rank, and whether it is final: torch.distributed's once its
-    process group is initialised; before that, torchrun's ``RANK`` (else 0). Never
-    imports torch (``import hookwrap`` stays light)."""
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
+    process group is initialised (``process_group``); before that, torchrun's
+    ``RANK`` (else 0)."""
+    dist = process_group()
+    if dist is not None:
         return dist.get_rank(), True
     raw = os.environ.get("RANK") or "0"
     try:
