@@ -111,6 +111,20 @@ def test_the_hookwrap_names_a_pickle_holds_are_pinned(built):
     }
 
 
+def test_an_object_pickled_when_readers_lived_in_reader_still_loads(hw, built):
+    """A callback object's reader pickles by the module path of its functions, which
+    lived in hookwrap._reader until that was merged into _signature: a pickle naming
+    them there still loads, and the reader still reads."""
+    t = built.Trainer()
+    t.add_callback(built.Seen())
+    t.compute_loss(1)
+    new = pickle.dumps(t, protocol=0)
+    assert b"hookwrap._signature\n" in new
+    clone = pickle.loads(new.replace(b"hookwrap._signature\n", b"hookwrap._reader\n"))
+    clone.compute_loss(2)
+    assert hw.callback_state(clone) == {"Seen": {"values": [1.1, 2.1]}}
+
+
 def test_a_callbacks_list_pickled_when_it_was_defined_in_instances_still_loads(built):
     """InstanceCallbackList lived in hookwrap._instances until that was merged back
     into _tiers: a pickle naming it there still loads."""

@@ -75,10 +75,11 @@ __version__ = "0.1.0"
 # the old path is an alias of the new module (pickle imports it, and finds it here).
 from . import _entries as _entries_module  # noqa: E402
 from . import _lifecycle as _lifecycle_module  # noqa: E402
+from . import _signature as _signature_module  # noqa: E402
 from . import _tiers as _tiers_module  # noqa: E402
 
 _MOVED = {"hookwrap._options": _entries_module, "hookwrap._state": _lifecycle_module,
-          "hookwrap._instances": _tiers_module}
+          "hookwrap._instances": _tiers_module, "hookwrap._reader": _signature_module}
 for _old, _module in _MOVED.items():
     _sys.modules.setdefault(_old, _module)
 del _old, _module

@@ -10,6 +10,18 @@ import sys
 from typing import Any
 
 
+def _at_least_one(text: str) -> int:
+    """An argument counting calls or epochs: a whole number, at least 1 (argparse
+    prints this error with the option's name, and exits with status 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     from . import __version__
 
@@ -17,12 +29,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"hookwrap {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="train a small PyTorch model through a hookable loop with callbacks")
-    demo.add_argument("--epochs", type=int, default=20, help="at most this many epochs (default 20)")
+    demo.add_argument("--epochs", type=_at_least_one, default=20, help="at most this many epochs (default 20)")
     demo.add_argument("--device", default="cpu", help="cpu (default), cuda (or cuda:N), or mps")
     demo.add_argument("--no-hooks", action="store_true",
                       help="the same run without callbacks, to compare")
     bench = commands.add_parser("bench", help="print hook overhead as ratios to a bare method call")
-    bench.add_argument("--number", type=int, default=20000, help="calls per timing (default 20000)")
+    bench.add_argument("--number", type=_at_least_one, default=20000, help="calls per timing (default 20000)")
     bench.add_argument("--step", action="store_true",
                        help="also measure the share of a torch training step (needs the torch extra)")
     bench.add_argument("--current-only", action="store_true",
