@@ -70,9 +70,10 @@ __all__ = [
 
 __version__ = "0.1.0"
 
-# A hookable object's pickle names the hookwrap classes it holds by module path.
-# Where one lived before its module was merged into another, it still loads from:
-# the old path is an alias of the new module (pickle imports it, and finds it here).
+# A hookable object's pickle names the hookwrap classes (and readers' functions) it
+# holds by module path. The names they had before, in one place: where a module was
+# merged into another, the old path is an alias of the new module (pickle imports
+# it, and finds it here); a class renamed keeps its old name beside the new.
 from . import _entries as _entries_module  # noqa: E402
 from . import _lifecycle as _lifecycle_module  # noqa: E402
 from . import _signature as _signature_module  # noqa: E402
@@ -83,3 +84,4 @@ _MOVED = {"hookwrap._options": _entries_module, "hookwrap._state": _lifecycle_mo
 for _old, _module in _MOVED.items():
     _sys.modules.setdefault(_old, _module)
 del _old, _module
+_tiers_module.InstanceHooks = _tiers_module.InstanceRecord  # type: ignore[attr-defined]  # 0.1.0's name

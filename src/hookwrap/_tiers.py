@@ -254,7 +254,6 @@ class InstanceRecord(HookState):
         return InstanceRecord(self.cls, copy.deepcopy(list(self.callbacks), memo))
 
 
-InstanceHooks = InstanceRecord  # its name in 0.1.0: objects pickled by it still load
 
 
 def _with_own_filters(entry: Any) -> Any:
