@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple, NoReturn, Protocol
 
 from ..errors import HookError, HookwrapWarning
-from ..extend import Defers, Ending, has_join_point, reader, track_deferring
-from ._attach import DefaultEvent, CountingCallback, is_rank_zero, positive_number, to_float, whole_number
+from ..extend import Defers, Ending, has_join_point, track_deferring
+from ._attach import DefaultEvent, CountingCallback, On, is_rank_zero, positive_number, to_float, whole_number
 from .distributed import is_distributed
 from .readback import settle as settle_decisions
 from .readback import shared
@@ -259,16 +259,12 @@ class MetricsLogger(Defers, CountingCallback):
                 f"(MetricsLogger(..., loss_event='compute_loss', metrics_event='validate')), or weave them. "
                 f"A MetricsLogger that only takes other callbacks' values (GradNorm(logger=...)) need not "
                 f"be attached.")
-        pairs: list[tuple[str, Callable[..., Any]]] = []
-        if "loss" in e:
-            pairs.append((f"post-{e['loss']}", reader(self.record_loss, "post-", "return_value")))
-        if "metrics" in e:
-            pairs.append((f"post-{e['metrics']}", reader(self.record_metrics, "post-", "return_value")))
-        if "epoch" in e:
-            pairs.append((f"post-{e['epoch']}", reader(self.end_of_epoch, "post-")))
-        if "log" in e:
-            pairs.append((f"pre-{e['log']}", reader(self.record_row, "pre-", "row")))
-        return pairs  # fit_event: a boundary of the lifecycle (Defers), however it ends
+        # fit_event: a boundary of the lifecycle (Defers), however it ends
+        return self.registrations(target, self.listens, e)
+
+    listens = (On("post", "loss", "record_loss", read="return_value"),
+               On("post", "metrics", "record_metrics", read="return_value"),
+               On("post", "epoch", "end_of_epoch"), On("pre", "log", "record_row", read="row"))
 
     def log(self, name: str, value: Any, step: int | None = None) -> None:
         """Record one value (sent at the next flush). A tensor (one element) is
