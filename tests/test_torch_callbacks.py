@@ -89,6 +89,50 @@ def test_import_hookwrap_never_imports_torch():
     assert out.stdout.strip() == "False"
 
 
+# --- declared registrations (ShippedCallback.listens) ---------------------------------
+
+
+def test_a_callback_declares_its_registrations_and_the_base_builds_them(hw, ht):
+    attach = importlib.import_module("hookwrap.torch._attach")
+    On = attach.On
+
+    class Watch(attach.ShippedCallback):
+        listens = (On("pre", "step_event", "started", always=True),
+                   On("post", "loss_event", "seen", read="return_value"),
+                   On("post", "step_event", "weights", value="model", always=True),
+                   On("post", "missing_event", "never"))  # a default the loop lacks: skipped
+
+        def __init__(self, model="model"):
+            self.step_event, self.loss_event, self.model = "step", attach.DefaultEvent("loss"), model
+            self.missing_event = attach.DefaultEvent("validate")
+            self.seen_values, self.events = [], []
+
+        def started(self, obj):
+            self.events.append("pre-step")
+
+        def seen(self, obj, value):
+            self.seen_values.append(float(value))
+
+        def weights(self, obj, model):
+            self.events.append(type(model).__name__)
+
+        def never(self, obj):
+            raise AssertionError("registered on a join point the loop lacks")
+
+    loop = make_loop(hw, losses=[0.5, 0.25], scores=[(1.0, 0.5)])
+    watch = Watch()
+    assert [event for event, _ in watch.event_methods(type(loop))] == ["pre-step", "post-loss", "post-step"]
+    loop.add_callback(watch)
+    loop.fit(1)
+    assert watch.seen_values == [0.5, 0.25] and watch.events == ["pre-step", "Linear"] * 2
+
+    class Bare(attach.ShippedCallback):
+        pass
+
+    with pytest.raises(NotImplementedError, match="Bare declares no listens"):
+        Bare().event_methods(type(loop))
+
+
 # --- NanGuard -------------------------------------------------------------------
 
 

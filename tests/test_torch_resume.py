@@ -317,6 +317,52 @@ def test_a_failed_write_leaves_the_previous_file_whole(hw, ht, tmp_path, monkeyp
     assert os.listdir(tmp_path) == ["last.pt"] and (tmp_path / "last.pt").read_bytes() == before
 
 
+def _recording_io(calls: list[tuple[str, Any]]) -> Any:
+    """A CheckpointIO that records each call the policy makes through it."""
+    base = importlib.import_module("hookwrap.torch.checkpoint_io").CheckpointIO
+
+    class Recording(base):
+        def save(self, checkpoint: Any, *paths: Any) -> None:
+            calls.append(("save", [p.name for p in paths]))
+            super().save(checkpoint, *paths)
+
+        def load(self, path: Any, map_location: Any = None, weights_only: bool = True) -> Any:
+            calls.append(("load", path.name))
+            return super().load(path, map_location, weights_only)
+
+        def exists(self, path: Any) -> bool:
+            calls.append(("exists", path.name))
+            return bool(super().exists(path))
+
+        def remove(self, path: Any) -> None:
+            calls.append(("remove", path.name))
+            super().remove(path)
+
+    return Recording()
+
+
+def test_the_policies_touch_their_files_only_through_their_checkpoint_io(hw, ht, tmp_path):
+    # The seam another storage goes behind: every write, read, lookup and removal.
+    calls: list[tuple[str, Any]] = []
+    loop = make_loop(hw, ht, [0.1, 0.3, 0.2], dir=tmp_path / "run", monitor="val_acc", mode="max")
+    loop.checkpoint.io = _recording_io(calls)
+    loop.fit(3)
+    loop.checkpoint.resume(loop, "best")
+    best = "best-epoch=2-step=4.pt"
+    assert calls == [("save", ["best-epoch=1-step=2.pt", "last.pt"]), ("save", [best, "last.pt"]),
+                     ("remove", "best-epoch=1-step=2.pt"), ("save", ["last.pt"]),
+                     ("exists", best), ("load", best), ("exists", best)]
+    assert sorted(os.listdir(tmp_path / "run")) == [best, "last.pt"]
+
+    calls.clear()
+    loop = make_loop(hw, ht, [0.1, 0.3, 0.2], dir=tmp_path / "unused")
+    saver = ht.BestCheckpoint(tmp_path / "best.pt", monitor="val_acc", mode="max", restore_best=True)
+    saver.io = _recording_io(calls)
+    loop.add_callback(saver)
+    loop.fit(3)
+    assert calls == [("save", ["best.pt"]), ("save", ["best.pt"]), ("exists", "best.pt"), ("load", "best.pt")]
+
+
 @pytest.mark.parametrize("setting, value, message", [
     ("save_top_k", 0, r"save_top_k must be a whole number >= 1, got 0"),
     ("every_n_steps", 0, r"every_n_steps must be a whole number >= 1, got 0"),

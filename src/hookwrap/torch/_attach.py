@@ -17,13 +17,14 @@ import numbers
 import typing
 import weakref
 from collections.abc import Mapping
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, ClassVar, NamedTuple
 
 from .. import Callback
 from ..errors import CallbackSignatureError, HookError, closest
 from ..extend import Defers, Ending, JoinPointInfo, has_join_point, join_points, per_join_point, process_rank, reader
+from ._around import around_advice
 
-__all__ = ["COUNT", "NUMBER_OR_NONE", "CountingCallback", "DefaultEvent", "LogsInto", "Saved", "ShippedCallback",
+__all__ = ["COUNT", "NUMBER_OR_NONE", "CountingCallback", "DefaultEvent", "LogsInto", "On", "Saved", "ShippedCallback",
            "Source", "checked_logger", "from_object", "is_rank_zero", "is_reference", "positive_number",
            "resolve_reference", "saved", "settle_logger", "to_float", "whole_number"]
 
@@ -58,6 +59,42 @@ class Source(NamedTuple):
                 f"{where}: {self.event} returned a {type(value).__name__}, not a mapping holding {self.key!r}: "
                 f"monitor='return_value' reads the value itself."
             ) from None
+
+
+class On(NamedTuple):
+    """One registration a shipped callback declares (``listens = (On(...), ...)``):
+    method ``handler`` runs on ``phase`` (``"pre"``, ``"post"`` or ``"around"``) of the
+    event that the callback's setting ``event`` names (``"step_event"``: the attribute
+    holding the join point name). ``ShippedCallback.registrations`` builds them all,
+    in the order declared, with the phase-prefixed event strings.
+
+    What ``handler`` is given, chosen once when attached (nothing is decided per call):
+
+    * by default ``handler(obj, *extra)``, or ``handler(obj, *extra, value)`` with
+      ``read`` an argument name or ``"return_value"`` (``hookwrap.extend.reader``);
+    * with ``value``, the callback setting (``"model"``, ``"optimizer"``) read as
+      ``value_reader`` reads it: the join point's argument of that name, else the
+      hooked object's attribute, else the object passed in;
+    * with ``choose``, the reader that method returns for each join point
+      (``hookwrap.extend.per_join_point``);
+    * on ``"around"``, ``handler(obj, proceed, *args, **kwargs)`` on methods and the
+      method named ``function`` (``function(proceed, *args, **kwargs)``) on functions,
+      or, with ``choose``, what it returns per join point.
+
+    An event the target lacks is skipped when it is ``None`` or a ``DefaultEvent``
+    (``wants``); with ``always`` it is registered whatever ``wants`` says (a name
+    the target lacks still fails with UnknownEventError).
+    """
+
+    phase: str  # "pre", "post" or "around"
+    event: str  # the setting naming the join point, e.g. "step_event"
+    handler: str  # the method that runs
+    read: str | None = None  # the argument read, or "return_value"
+    value: str | None = None  # a setting read as value_reader reads it ("model")
+    choose: str | None = None  # a method choosing the reader per join point
+    function: str | None = None  # around: the method run on function join points
+    extra: tuple[Any, ...] = ()  # fixed values passed to handler first
+    always: bool = False  # registered even where wants() says no
 
 
 def _returned_keys(jp: JoinPointInfo) -> frozenset[str] | None:
@@ -129,8 +166,38 @@ class ShippedCallback(Callback):
             raise refusals[0]
         return Source(event, "return_value", monitor)
 
+    # The registrations a subclass declares, built by ``registrations`` in the order
+    # given; a subclass with an ``attach`` of its own may build some of them itself.
+    listens: ClassVar[tuple[On, ...]] = ()
+
     def event_methods(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
         return self.attached(target)
+
+    def registrations(self, target: Any, declared: tuple[On, ...],
+                      events: Mapping[str, str | None] | None = None) -> list[tuple[str, Callable[..., Any]]]:
+        """The ``(event, callable)`` pairs of ``declared`` on ``target``, in order: the
+        event each names read from the callback's setting of that name (or from
+        ``events``, a mapping of the settings, where given), skipped as ``wants``
+        says unless ``always``."""
+        pairs: list[tuple[str, Callable[..., Any]]] = []
+        for on in declared:
+            event = getattr(self, on.event) if events is None else events.get(on.event)
+            if not self.wants(target, event) and not on.always:
+                continue
+            pairs.append((f"{on.phase}-{event}", self._advice(target, on, event)))
+        return pairs
+
+    def _advice(self, target: Any, on: On, event: Any) -> Callable[..., Any]:
+        handler = getattr(self, on.handler)
+        if on.choose is not None:
+            return per_join_point(self, on.handler, getattr(self, on.choose))
+        if on.phase == "around":
+            assert on.function is not None
+            return around_advice(join_points(target, event, where=self.where), self.where, handler,
+                                 getattr(self, on.function))
+        if on.value is not None:
+            return self.value_reader(handler, f"{on.phase}-", getattr(self, on.value), on.value, on.extra)
+        return reader(handler, f"{on.phase}-", on.read, on.extra)
 
     def attached(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
         """``attach(target)``, refused when it attaches to nothing: a callback whose
@@ -147,8 +214,11 @@ class ShippedCallback(Callback):
         return pairs
 
     def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
-        """The callback's own ``(event, callable)`` pairs; subclasses build them."""
-        raise NotImplementedError
+        """The callback's own ``(event, callable)`` pairs: those it declares in
+        ``listens``; a subclass with more to decide builds them itself."""
+        if not self.listens:
+            raise NotImplementedError(f"{type(self).__qualname__} declares no listens and has no attach")
+        return self.registrations(target, self.listens)
 
     def value_reader(self, handler: Callable[..., Any], event: str, setting: Any, what: str,
                      extra: tuple[Any, ...] = ()) -> Callable[..., Any]:
@@ -192,9 +262,8 @@ class CountingCallback(ShippedCallback):
         self.step = 0  # steps started (the current step, while one runs)
 
     def event_methods(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
-        pairs = self.attached(target)
-        if self.wants(target, self.step_event):
-            pairs.insert(0, (f"pre-{self.step_event}", reader(self._count_step, "pre-")))
+        pairs = self.attached(target)  # its own settings checked first
+        pairs[:0] = self.registrations(target, _COUNTS_STEPS)
         return pairs
 
     def _count_step(self, obj: Any) -> None:
@@ -205,6 +274,9 @@ class CountingCallback(ShippedCallback):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.step = saved(state, "step", COUNT, self.where)
+
+
+_COUNTS_STEPS = (On("pre", "step_event", "_count_step"),)
 
 
 class Saved(NamedTuple):

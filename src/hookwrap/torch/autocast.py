@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..errors import HookError
-from ..extend import JoinPointInfo, join_points, per_join_point, reader
-from ._around import around_advice
-from ._attach import ShippedCallback, event_names
+from ..extend import JoinPointInfo, reader
+from ._attach import On, ShippedCallback, event_names
 
 __all__ = ["Autocast"]
 
@@ -52,14 +51,14 @@ class Autocast(ShippedCallback):
     def where(self) -> str:
         return f"Autocast(events={self.events!r})"
 
+    # On each of its events: the model held before the call (device_type=None: its
+    # device read at each call), then the call run under torch.autocast.
+    listens = (On("pre", "event", "_hold", choose="_choose", always=True),
+               On("around", "event", "_run_method", function="_run_function", always=True))
+
     def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
-        pairs: list[tuple[str, Callable[..., Any]]] = []
-        for event in self.events:
-            jps = join_points(target, event, where=self.where)
-            if self.device_type is None:  # read the model's device at each call
-                pairs.append((f"pre-{event}", per_join_point(self, "_hold", self._choose)))
-            pairs.append((f"around-{event}", around_advice(jps, self.where, self._run_method, self._run_function)))
-        return pairs
+        declared = self.listens if self.device_type is None else self.listens[1:]
+        return [pair for event in self.events for pair in self.registrations(target, declared, {"event": event})]
 
     def _choose(self, jp: JoinPointInfo) -> Any:
         if not isinstance(self.model, str):

@@ -1,11 +1,13 @@
-"""``BestCheckpoint``: keep the best model and optimizer state on disk."""
+"""``BestCheckpoint`` and ``Checkpoint``: when to save, what, which files to keep, and
+how to resume. Every file is written, read, found and removed through a
+``CheckpointIO`` (:mod:`hookwrap.torch.checkpoint_io`), which also holds the RNG
+states and their gathering across ranks."""
 
 from __future__ import annotations
 
 import functools
 import math
 import os
-import sys
 import types
 import warnings
 from pathlib import Path
@@ -13,10 +15,11 @@ from typing import Any, Callable, Literal, overload
 
 from ..errors import HookError, HookwrapWarning
 from .. import callback_state, load_callback_state
-from ..extend import JoinPointInfo, is_join_point, per_join_point, process_rank, reader, stateful_callbacks
+from ..extend import JoinPointInfo, is_join_point, per_join_point, reader, stateful_callbacks
 from ._attach import COUNT, NUMBER_OR_NONE, DefaultEvent, Saved, from_object, is_rank_zero, saved, whole_number
 from ._best import MonitoredCallback
-from .distributed import is_distributed, ranks_where, written_on_rank_zero
+from .checkpoint_io import CheckpointIO, gather_ranks, of_this_rank, rng_state, set_rng_state
+from .distributed import written_on_rank_zero
 from .readback import settle
 
 __all__ = ["BestCheckpoint", "Checkpoint", "rng_state", "set_rng_state"]
@@ -51,6 +54,7 @@ class BestCheckpoint(MonitoredCallback):
                  restore_best: bool = False, min_delta: float = 0.0, fit_event: str = "fit",
                  step_event: str | None = DefaultEvent("step")) -> None:
         self.path = Path(path)
+        self.io = CheckpointIO()  # the files: written, read and found through it
         self.model, self.optimizer = model, optimizer
         self.restore_best, self.fit_event = restore_best, fit_event
         self.saved = 0
@@ -101,8 +105,6 @@ class BestCheckpoint(MonitoredCallback):
 
     def save(self, obj: Any, value: float, model: Any = None, optimizer: Any = None) -> None:
         """Write the checkpoint: ``model`` and ``optimizer`` given, else read from ``obj``."""
-        import torch
-
         if model is None:
             model = from_object(obj, self.model, "model", self.where)
         checkpoint = {"model": model.state_dict(), "monitor": self.monitor, "value": value,
@@ -111,13 +113,7 @@ class BestCheckpoint(MonitoredCallback):
             if optimizer is None:
                 optimizer = from_object(obj, self.optimizer, "optimizer", self.where)
             checkpoint["optimizer"] = optimizer.state_dict()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        try:
-            torch.save(checkpoint, tmp)
-            os.replace(tmp, self.path)  # atomic on POSIX and Windows
-        finally:
-            tmp.unlink(missing_ok=True)
+        self.io.save(checkpoint, self.path)
         self.saved += 1
 
     def _restore(self, obj: Any) -> None:
@@ -130,8 +126,6 @@ class BestCheckpoint(MonitoredCallback):
         the model's parameters; under torch.distributed on every rank. Only a best of
         this run (or of the state it resumed): when it saved none (``monitor`` never
         finite) nothing is loaded, and a ``HookwrapWarning`` says why."""
-        import torch
-
         if self.best.value is None:
             # This run saved nothing: a file at path is an earlier run's (another model's
             # best, or this one's under other settings), not a best of this run.
@@ -144,30 +138,16 @@ class BestCheckpoint(MonitoredCallback):
                           f"weights it ended with; {str(self.path)!r} was not read.",
                           HookwrapWarning, stacklevel=2)
             return
-        if not _on_every_rank(self.path.exists(), self.path, self.where):
+        if not self.io.exists_on_every_rank(self.path, self.where):
             return  # saved, then removed by someone else: nothing to load
         if model is None:
             model = from_object(obj, self.model, "model", self.where)
-        checkpoint = torch.load(self.path, map_location=_device_of(model), weights_only=True)
+        checkpoint = self.io.load(self.path, map_location=_device_of(model))
         model.load_state_dict(checkpoint["model"])
         if self.optimizer is not None and "optimizer" in checkpoint:
             if optimizer is None:
                 optimizer = from_object(obj, self.optimizer, "optimizer", self.where)
             optimizer.load_state_dict(checkpoint["optimizer"])
-
-
-def _on_every_rank(exists: bool, file: Path | None, where: str) -> bool:
-    """Whether ``file`` exists; under torch.distributed the same answer on every rank
-    (every rank loads it, or none), one that only some ranks see being an error."""
-    if not is_distributed():
-        return exists
-    import torch.distributed as dist
-
-    seen = ranks_where(exists)
-    if len(seen) not in (0, dist.get_world_size()):
-        raise HookError(f"{where}: {str(file)!r} exists on rank(s) {', '.join(map(str, seen))} only. "
-                        f"Put it on a filesystem every rank shares.")
-    return bool(seen)
 
 
 def _device_of(model: Any) -> Any:
@@ -244,6 +224,7 @@ class Checkpoint(MonitoredCallback):
         if monitor is not None and not (isinstance(monitor, str) and monitor):
             raise HookError(f"{where}: monitor must be the name of a value, or None, got {monitor!r}.")
         self.dir = Path(dir)
+        self.io = CheckpointIO()  # the files: written, read, found and removed through it
         self.save_top_k = whole_number(save_top_k, "save_top_k", where)
         self.every_n_steps = None if every_n_steps is None else whole_number(every_n_steps, "every_n_steps", where)
         self.every_n_epochs = None if every_n_epochs is None else whole_number(every_n_epochs, "every_n_epochs", where)
@@ -479,16 +460,12 @@ class Checkpoint(MonitoredCallback):
                 state[what] = found[what].state_dict()
         rng = rng_state()
         rng["generators"] = [generator.get_state() for generator in self.generators]
-        state.update(step=self.step, epoch=self.epoch, rng=_gather(rng),
+        state.update(step=self.step, epoch=self.epoch, rng=gather_ranks(rng),
                      callbacks=_callback_state(obj if obj is not None else self._target),
                      monitor=self.monitor, best=self.best.value)
         return state
 
     def _write(self, obj: Any) -> None:
-        import io
-
-        import torch
-
         # A NanGuard deciding late (no host sync per step) on this object's checks
         # decides now: a run that went non-finite stops here, its NaN weights unsaved.
         settle(obj)
@@ -498,15 +475,10 @@ class Checkpoint(MonitoredCallback):
         state = self.checkpoint(obj)  # a collective under torch.distributed: every rank
         with written_on_rank_zero(self.where, f"{', '.join(names)} at step {self.step}"):
             if is_rank_zero():
-                buffer = io.BytesIO()
-                torch.save(state, buffer)
-                data = buffer.getvalue()
-                self.dir.mkdir(parents=True, exist_ok=True)
-                for name in names:
-                    _write_atomically(self.dir / name, data)
-                    self.saved += 1
+                self.io.save(state, *(self.dir / name for name in names))
+                self.saved += len(names)
                 for name in evicted:
-                    (self.dir / name).unlink(missing_ok=True)
+                    self.io.remove(self.dir / name)
 
     # --- resuming -----------------------------------------------------------------------
 
@@ -528,11 +500,9 @@ class Checkpoint(MonitoredCallback):
 
     def _saved_top_k(self) -> list[Any]:
         """The top-k ``last.pt`` recorded (a new process knows none yet)."""
-        import torch
-
-        if not self.last_path.is_file():
+        if not self.io.exists(self.last_path):
             return []
-        callbacks = self._own_state(torch.load(self.last_path, map_location="cpu", weights_only=True)["callbacks"])
+        callbacks = self._own_state(self.io.load(self.last_path, map_location="cpu")["callbacks"])
         return list(callbacks.get(self.state_key, {}).get("top_k", []))
 
     def _own_state(self, callbacks: dict[str, Any]) -> dict[str, Any]:
@@ -569,10 +539,8 @@ class Checkpoint(MonitoredCallback):
         dict (``["step"]``, ``["epoch"]``: where to continue the loop), or None
         when ``missing_ok`` and there is no such file. Under torch.distributed
         every rank calls it and loads the file onto its model's device."""
-        import torch
-
         file = self.resolve(path)
-        if not _on_every_rank(file is not None and file.is_file(), file, self.where):
+        if not self.io.exists_on_every_rank(file, self.where):
             if missing_ok:
                 return None
             raise HookError(f"{self.where}: no checkpoint to resume from at "
@@ -581,9 +549,9 @@ class Checkpoint(MonitoredCallback):
         found = self._objects(obj, model, optimizer, scheduler)
         if found["model"] is None:
             raise HookError(f"{self.where}: no model to restore; pass model= the module.")
-        state: dict[str, Any] = torch.load(file, map_location=_device_of(found["model"]),
-                                           weights_only=weights_only)
-        rng = _this_rank(state["rng"])
+        state: dict[str, Any] = self.io.load(file, map_location=_device_of(found["model"]),
+                                             weights_only=weights_only)
+        rng = of_this_rank(state["rng"])
         saved_generators = rng.get("generators", [])
         if len(saved_generators) != len(self.generators):
             raise HookError(f"{self.where}: {str(file)!r} holds the state of {len(saved_generators)} "
@@ -617,7 +585,7 @@ class Checkpoint(MonitoredCallback):
         self._evicted.clear()
         # Resumed from an earlier file, its top-k may name files the run it abandons
         # evicted since: they are not the best kept any more.
-        self.top_k = [entry for entry in self.top_k if (self.dir / entry[2]).is_file()]
+        self.top_k = [entry for entry in self.top_k if self.io.exists(self.dir / entry[2])]
         return state
 
 
@@ -681,69 +649,3 @@ def _load_callback_state(target: Any, state: dict[str, Any], strict: bool) -> No
     for function in functions:
         keys = stateful_callbacks(function)
         load_callback_state(function, {key: state[key] for key in keys if key in state}, strict=strict)
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)  # atomic on POSIX and Windows
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def rng_state() -> dict[str, Any]:
-    """This process's RNG states: Python's ``random``, NumPy's global generator
-    (when NumPy is imported), torch's CPU generator and every CUDA device's."""
-    import random
-
-    import torch
-
-    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
-    numpy = sys.modules.get("numpy")
-    if numpy is not None:
-        kind, keys, pos, has_gauss, cached = numpy.random.get_state()
-        # Plain lists, so that torch.load(weights_only=True) takes them.
-        state["numpy"] = [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)]
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    """Restore what ``rng_state()`` returned (CUDA devices as many as both have)."""
-    import random
-
-    import torch
-
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    torch.set_rng_state(state["torch"].cpu())
-    numpy = sys.modules.get("numpy")
-    if numpy is not None and "numpy" in state:
-        kind, keys, pos, has_gauss, cached = state["numpy"]
-        numpy.random.set_state((kind, numpy.asarray(keys, dtype=numpy.uint32), pos, has_gauss, cached))
-    if "cuda" in state and torch.cuda.is_available():
-        devices = min(len(state["cuda"]), torch.cuda.device_count())
-        for index in range(devices):
-            torch.cuda.set_rng_state(state["cuda"][index].cpu(), index)
-
-
-def _gather(state: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every rank's RNG states, in rank order (one all-gather under
-    torch.distributed; this rank's alone otherwise)."""
-    if not is_distributed():
-        return [state]
-    import torch.distributed as dist
-
-    gathered: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, state)
-    return gathered
-
-
-def _this_rank(states: list[dict[str, Any]]) -> dict[str, Any]:
-    rank = process_rank()
-    return states[rank] if rank < len(states) else states[0]

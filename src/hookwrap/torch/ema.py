@@ -6,9 +6,7 @@ import contextlib
 from typing import Any, Callable, Iterator
 
 from ..errors import HookError
-from ..extend import join_points
-from ._around import around_advice
-from ._attach import COUNT, Saved, ShippedCallback, saved
+from ._attach import COUNT, On, Saved, ShippedCallback, saved
 
 # The average as saved: None before the first update, else a list of tensors.
 _SHADOW = Saved(lambda value: value is None or (isinstance(value, (list, tuple))
@@ -67,15 +65,9 @@ class EMA(ShippedCallback):
     def where(self) -> str:
         return f"EMA(decay={self.decay})"
 
-    def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
-        join_points(target, self.event, where=self.where)
-        pairs = [(f"post-{self.event}", self.value_reader(self.update, "post-", self.model, "model"))]
-        if self.eval_event is not None:
-            jps = join_points(target, self.eval_event, where=self.where)
-            pairs.append((f"pre-{self.eval_event}", self.value_reader(self._hold, "pre-", self.model, "model")))
-            pairs.append((f"around-{self.eval_event}",
-                          around_advice(jps, self.where, self._swap_method, self._swap_function)))
-        return pairs
+    listens = (On("post", "event", "update", value="model", always=True),
+               On("pre", "eval_event", "_hold", value="model"),  # eval_event=None: no swap
+               On("around", "eval_event", "_swap_method", function="_swap_function"))
 
     # --- the average ---------------------------------------------------------------
 

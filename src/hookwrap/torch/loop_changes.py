@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..errors import CallbackSignatureError, HookError
-from ..extend import JoinPointInfo, join_points, per_join_point
-from ._attach import COUNT, ShippedCallback, from_object, positive_number, saved
+from ..extend import JoinPointInfo, join_points
+from ._attach import COUNT, On, ShippedCallback, from_object, positive_number, saved
 
 __all__ = ["GradAccumulation", "GradClip"]
 
@@ -41,9 +41,7 @@ class GradClip(ShippedCallback):
             raise HookError(f"GradClip: event must be a join point name such as 'backward', got {event!r}.")
         self.event, self.model = event, model
 
-    def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
-        join_points(target, self.event, where=self.where)
-        return [(f"post-{self.event}", self.value_reader(self.clip, "post-", self.model, "model"))]
+    listens = (On("post", "event", "clip", value="model", always=True),)
 
     def clip(self, obj: Any, model: Any) -> None:
         import torch
@@ -125,10 +123,10 @@ class GradAccumulation(ShippedCallback):
                 f"itself, and zeroes them "
                 f"outside its optimizer step: skipping that step here would throw the gradients away (or, "
                 f"with its own accumulation on, accumulate twice). Use the framework's: {own}.")
-        join_points(target, self.event, where=self.where)
-        join_points(target, self.loss_event, where=self.where)
-        return [(f"post-{self.loss_event}", per_join_point(self, "scale", self._choose_scale)),
-                (f"around-{self.event}", per_join_point(self, "accumulate", self._choose_around))]
+        return self.registrations(target, self.listens)  # event checked above, loss_event here
+
+    listens = (On("post", "loss_event", "scale", choose="_choose_scale", always=True),
+               On("around", "event", "accumulate", choose="_choose_around", always=True))
 
     def _choose_scale(self, jp: JoinPointInfo) -> Callable[..., Any]:
         if jp.returns_none:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import HookError
-from ..extend import reader
-from ._attach import CountingCallback, LogsInto, checked_logger, whole_number
+from ._attach import CountingCallback, LogsInto, On, checked_logger, whole_number
 
 __all__ = ["MemoryMonitor", "process_rss"]
 
@@ -63,9 +62,7 @@ class MemoryMonitor(LogsInto, CountingCallback):
         self.reset_peak, self.logger = reset_peak, logger
         self.history: list[tuple[int, dict[str, float]]] = []
 
-    def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
-        self.wants(target, self.step_event)  # a name the target lacks: UnknownEventError
-        return [(f"post-{self.step_event}", reader(self.record, "post-"))]
+    listens = (On("post", "step_event", "record", always=True),)
 
     def record(self, obj: Any) -> None:
         if self.step % self.every == 0:

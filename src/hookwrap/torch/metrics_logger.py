@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple, NoReturn, Protocol
 
 from ..errors import HookError, HookwrapWarning
-from ..extend import Defers, Ending, has_join_point, reader, track_deferring
-from ._attach import DefaultEvent, CountingCallback, is_rank_zero, positive_number, to_float, whole_number
+from ..extend import Defers, Ending, has_join_point, track_deferring
+from ._attach import DefaultEvent, CountingCallback, On, is_rank_zero, positive_number, to_float, whole_number
 from .distributed import is_distributed
 from .readback import settle as settle_decisions
-from .readback import shared
+from .readback import QueuesReadBacks, shared
 
 __all__ = ["CSVWriter", "MetricsLogger", "MetricsSink", "TensorBoardWriter", "tensorboard_available"]
 
@@ -126,7 +126,7 @@ class TensorBoardWriter:
         return {**self.__dict__, "_writer": None}
 
 
-class MetricsLogger(Defers, CountingCallback):
+class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
     """Logs the loss (what ``loss_event`` returns, every ``every`` steps), every
     metric ``metrics_event`` returns, and whatever other callbacks ``log()``
     (GradNorm's ``grad_norm``, LRMonitor's ``lr``), and sends them to:
@@ -259,16 +259,12 @@ class MetricsLogger(Defers, CountingCallback):
                 f"(MetricsLogger(..., loss_event='compute_loss', metrics_event='validate')), or weave them. "
                 f"A MetricsLogger that only takes other callbacks' values (GradNorm(logger=...)) need not "
                 f"be attached.")
-        pairs: list[tuple[str, Callable[..., Any]]] = []
-        if "loss" in e:
-            pairs.append((f"post-{e['loss']}", reader(self.record_loss, "post-", "return_value")))
-        if "metrics" in e:
-            pairs.append((f"post-{e['metrics']}", reader(self.record_metrics, "post-", "return_value")))
-        if "epoch" in e:
-            pairs.append((f"post-{e['epoch']}", reader(self.end_of_epoch, "post-")))
-        if "log" in e:
-            pairs.append((f"pre-{e['log']}", reader(self.record_row, "pre-", "row")))
-        return pairs  # fit_event: a boundary of the lifecycle (Defers), however it ends
+        # fit_event: a boundary of the lifecycle (Defers), however it ends
+        return self.registrations(target, self.listens, e)
+
+    listens = (On("post", "loss", "record_loss", read="return_value"),
+               On("post", "metrics", "record_metrics", read="return_value"),
+               On("post", "epoch", "end_of_epoch"), On("pre", "log", "record_row", read="row"))
 
     def log(self, name: str, value: Any, step: int | None = None) -> None:
         """Record one value (sent at the next flush). A tensor (one element) is
@@ -393,7 +389,7 @@ class MetricsLogger(Defers, CountingCallback):
                 settle_decisions(obj)
             self._finish("failed" if failure is not None else "success", failure)
             return
-        self._read_all()
+        self.read_back()
         errors = self._send(self._take(), raise_errors=False)
         if errors and failure is None:
             _raise(errors)
@@ -409,7 +405,7 @@ class MetricsLogger(Defers, CountingCallback):
         if self.csv is None:
             raise HookError("MetricsLogger.read() parses the CSV file, and this logger has none "
                             "(path=None): read what your loggers wrote, or pass path=.")
-        self._read_all()
+        self.read_back()
         self.flush()
         return self.csv.read()
 
@@ -421,8 +417,8 @@ class MetricsLogger(Defers, CountingCallback):
         self.losses = state["losses"]
 
     def __getstate__(self) -> dict[str, Any]:
-        self._read_all()
-        self.flush()
+        self.read_back()
+        self.flush()  # the rows go from here, not from the copy (nothing left to read back then)
         # A module logger (mlflow) pickles by name: modules do not pickle.
         return {**super().__getstate__(), "loggers": [_ModuleByName(s.__name__) if isinstance(s, types.ModuleType)
                                                       else s for s in self.loggers]}
@@ -434,9 +430,9 @@ class MetricsLogger(Defers, CountingCallback):
 
     # --- internals -----------------------------------------------------------------
 
-    def _read_all(self) -> None:
-        if any(row[2] is None for row in self.rows):
-            shared().read(wait=True)
+    def waits_for_read_back(self) -> bool:
+        """A row whose value is still on the device (``QueuesReadBacks``)."""
+        return any(row[2] is None for row in self.rows)
 
     def _take(self, keep_step: int | None = None) -> list[list[Any]]:
         """The rows read, from the first up to one still on the device (or, with
@@ -475,7 +471,7 @@ class MetricsLogger(Defers, CountingCallback):
         return errors
 
     def _finish(self, status: str, failure: BaseException | None) -> None:
-        self._read_all()
+        self.read_back()
         errors = self._send(self._take(), raise_errors=False)
         if not self.__dict__.pop("_unfinished", False) and not errors:
             return  # nothing sent since the last finalize (a script's end after fit's)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import Any
 
-from ._attach import CountingCallback, DefaultEvent, LogsInto, checked_logger, whole_number
+from ._attach import CountingCallback, DefaultEvent, LogsInto, On, checked_logger, whole_number
 from .readback import QueuesReadBacks, shared
 
 __all__ = ["GradNorm", "LRMonitor"]
@@ -33,9 +33,7 @@ class GradNorm(LogsInto, QueuesReadBacks, CountingCallback):
         self._queued = 0  # norms not yet read back
         self.calls = 0
 
-    def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
-        self.wants(target, self.event)
-        return [(f"post-{self.event}", self.value_reader(self.measure, "post-", self.model, "model"))]
+    listens = (On("post", "event", "measure", value="model", always=True),)
 
     def measure(self, obj: Any, model: Any) -> None:
         self.calls += 1
@@ -104,9 +102,7 @@ class LRMonitor(LogsInto, CountingCallback):
         self.logger = checked_logger(logger, "LRMonitor")
         self.history: list[tuple[int, list[float]]] = []
 
-    def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
-        self.wants(target, self.event)
-        return [(f"post-{self.event}", self.value_reader(self.record, "post-", self.optimizer, "optimizer"))]
+    listens = (On("post", "event", "record", value="optimizer", always=True),)
 
     def record(self, obj: Any, optimizer: Any) -> None:
         lrs = [float(group["lr"]) for group in optimizer.param_groups]

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from ..errors import CallbackSignatureError
 from ..extend import Defers, Ending, JoinPointInfo, per_join_point, reader
-from ._attach import CountingCallback, DefaultEvent, whole_number
+from ._attach import CountingCallback, DefaultEvent, On, whole_number
 from .distributed import is_distributed, per_rank, ranks_where
 from .readback import QueuesReadBacks, defers_decisions, shared
 
@@ -49,6 +49,9 @@ def _first_non_finite(value: Any) -> tuple[str, Any] | None:
         return "", value
     return None
 
+
+# Deferred checks are read back (and decided on) at the end of each epoch.
+_READS_AT_EPOCHS = (On("post", "epoch_event", "end_of_epoch"),)
 
 class NanGuard(Defers, QueuesReadBacks, CountingCallback):
     """Raises ``NonFiniteError`` naming the event, the step and the value when
@@ -121,8 +124,7 @@ class NanGuard(Defers, QueuesReadBacks, CountingCallback):
         self._steps_counted = self.wants(target, self.step_event)
         if not self.sync:
             defers_decisions(self)  # a checkpoint written asks it first (readback.settle)
-            if self.wants(target, self.epoch_event):
-                pairs.append((f"post-{self.epoch_event}", reader(self.end_of_epoch, "post-")))
+            pairs += self.registrations(target, _READS_AT_EPOCHS)
             self.wants(target, self.fit_event)  # a boundary (Defers): checked here, a name must exist
         return pairs
 

@@ -8,14 +8,19 @@ import os
 from typing import Any, Callable
 
 from ..errors import HookError
-from ..extend import join_points, process_rank, reader
+from ..extend import join_points, process_rank
 from ._around import around_advice
-from ._attach import DefaultEvent, ShippedCallback, event_names, whole_number
+from ._attach import DefaultEvent, On, ShippedCallback, event_names, whole_number
 
 __all__ = ["Profiler"]
 
 TRACE_FORMATS = ("chrome", "tensorboard")
 
+
+# The profiler starts at a step's start; it steps (and writes its trace) at a step's
+# end, and stops at the end of fit where there is one.
+_STARTS = (On("pre", "step_event", "_start", always=True),)
+_ENDS = (On("post", "step_event", "_step", always=True), On("post", "fit_event", "_end"))
 
 class Profiler(ShippedCallback):
     """Puts a ``torch.profiler.record_function(f"hookwrap:{event}")`` range (and a
@@ -67,17 +72,12 @@ class Profiler(ShippedCallback):
         return f"Profiler(events={self.events!r})"
 
     def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
-        pairs: list[tuple[str, Callable[..., Any]]] = []
-        self.wants(target, self.step_event)  # a name the target lacks: UnknownEventError
-        pairs.append((f"pre-{self.step_event}", reader(self._start, "pre-")))
-        for event in self.events:
+        pairs = self.registrations(target, _STARTS)
+        for event in self.events:  # a range of its own name each: built here, not declared
             jps = join_points(target, event, where=self.where)
             method, function = self._range_method(event), self._range_function(event)
             pairs.append((f"around-{event}", around_advice(jps, self.where, method, function)))
-        pairs.append((f"post-{self.step_event}", reader(self._step, "post-")))
-        if self.wants(target, self.fit_event):
-            pairs.append((f"post-{self.fit_event}", reader(self._end, "post-")))
-        return pairs
+        return pairs + self.registrations(target, _ENDS)
 
     def _range_function(self, event: str) -> Callable[..., Any]:
         name = f"hookwrap:{event}"

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from typing import Any, Callable
 
 from ..errors import HookError
-from ..extend import Defers, Ending, reader
-from ._attach import DefaultEvent, ShippedCallback, to_float, whole_number
+from ..extend import Defers, Ending
+from ._attach import DefaultEvent, On, ShippedCallback, to_float, whole_number
 from .readback import QueuesReadBacks, shared
 
 __all__ = ["ProgressBar"]
@@ -60,17 +60,13 @@ class ProgressBar(Defers, QueuesReadBacks, ShippedCallback):
             if required not in e:
                 raise HookError(f"ProgressBar: {required}_event is required: name the join point of "
                                 f"each {required} ({required}_event=...).")
-        pairs: list[tuple[str, Callable[..., Any]]] = [
-            (f"pre-{e['epoch']}", reader(self.open, "pre-")),
-            (f"post-{e['step']}", reader(self.advance, "post-")),
-            (f"post-{e['epoch']}", reader(self.close, "post-")),
-        ]
-        if "loss" in e:
-            pairs.append((f"post-{e['loss']}", reader(self.record_loss, "post-", "return_value")))
-        if "metrics" in e:
-            pairs.append((f"post-{e['metrics']}", reader(self.record_metrics, "post-", "return_value")))
         self._closes_at_fit = "fit" in e
-        return pairs  # fit_event: a boundary (Defers), where the bar closes however the run ends
+        # fit_event: a boundary (Defers), where the bar closes however the run ends
+        return self.registrations(target, self.listens, e)
+
+    listens = (On("pre", "epoch", "open"), On("post", "step", "advance"), On("post", "epoch", "close"),
+               On("post", "loss", "record_loss", read="return_value"),
+               On("post", "metrics", "record_metrics", read="return_value"))
 
     def defers(self) -> bool:
         # The bar's own boundary is the epoch: only a run's end (a stop, an error) adds one.

@@ -133,10 +133,22 @@ _SHARED = ReadBack()
 class QueuesReadBacks:
     """Mixed into a callback that queues values on the shared read-back: a copy or a
     pickle of it (``copy.deepcopy``, ``torch.save`` of a hooked model) reads back
-    first, as what is queued is delivered to this object, never to the copy."""
+    first (``read_back``), as what is queued is delivered to this object, never to
+    the copy."""
+
+    def waits_for_read_back(self) -> bool:
+        """Are values of this callback queued or in flight? By default it may have
+        some, and ``read_back`` always reads; a callback that knows says."""
+        return True
+
+    def read_back(self) -> None:
+        """Read back, waiting for the device, when this callback waits for values
+        (what the other callbacks queued is delivered with them)."""
+        if self.waits_for_read_back():
+            shared().read(wait=True)
 
     def __getstate__(self) -> dict[str, Any]:
-        shared().read(wait=True)
+        self.read_back()
         return self.__dict__.copy()
 
 

@@ -10,11 +10,17 @@ from collections.abc import Mapping
 from typing import Any, Callable
 
 from ..errors import CallbackSignatureError, HookError
-from ..extend import Defers, Ending, JoinPointInfo, per_join_point, reader
-from ._attach import CountingCallback, DefaultEvent, checked_logger, positive_number, settle_logger, whole_number
+from ..extend import Defers, Ending, JoinPointInfo, reader
+from ._attach import CountingCallback, DefaultEvent, On, checked_logger, positive_number, settle_logger, whole_number
 from .readback import QueuesReadBacks, shared
 
 __all__ = ["Throughput", "measure_flops", "peak_flops"]
+
+# A step counted, then the time in eval_event left out of the window: batch=None counts
+# the samples= of every step; a batch name, that argument's samples.
+_PAUSES = (On("pre", "eval_event", "_pause"), On("post", "eval_event", "_resume"))
+_COUNTS = (On("post", "step_event", "count", extra=(None,), always=True), *_PAUSES)
+_COUNTS_BATCHES = (On("post", "step_event", "count", choose="_choose_batch", always=True), *_PAUSES)
 
 
 class Throughput(Defers, QueuesReadBacks, CountingCallback):
@@ -122,15 +128,7 @@ class Throughput(Defers, QueuesReadBacks, CountingCallback):
     # -- events ------------------------------------------------------------------
 
     def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
-        self.wants(target, self.step_event)  # a name the target lacks: UnknownEventError
-        pairs: list[tuple[str, Callable[..., Any]]] = []
-        if self.batch is None:
-            pairs.append((f"post-{self.step_event}", reader(self.count, "post-", None, (None,))))
-        else:
-            pairs.append((f"post-{self.step_event}", per_join_point(self, "count", self._choose_batch)))
-        if self.wants(target, self.eval_event):
-            pairs += [(f"pre-{self.eval_event}", reader(self._pause, "pre-")),
-                      (f"post-{self.eval_event}", reader(self._resume, "post-"))]
+        pairs = self.registrations(target, _COUNTS if self.batch is None else _COUNTS_BATCHES)
         self.run_event = self.fit_event if self.wants(target, self.fit_event) else None
         return pairs  # fit_event: a boundary (Defers), where the open window is dropped
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 import statistics
 import time
 from collections import deque
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import HookError
-from ..extend import reader
-from ._attach import ShippedCallback
+from ._attach import On, ShippedCallback
 
 __all__ = ["StepTimer"]
 
@@ -37,10 +36,8 @@ class StepTimer(ShippedCallback):
         self._pending: deque[tuple[Any, Any]] = deque()
         self._start: Any = None
 
-    def attach(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:
-        self.wants(target, self.timed_event)
-        return [(f"pre-{self.timed_event}", reader(self.start, "pre-")),
-                (f"post-{self.timed_event}", reader(self.stop, "post-"))]
+    listens = (On("pre", "timed_event", "start", always=True), On("post", "timed_event", "stop", always=True))
+
 
     def start(self, obj: Any) -> None:
         if self.cuda:
