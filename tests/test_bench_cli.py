@@ -61,11 +61,6 @@ def test_bench_refuses_a_number_of_calls_that_is_no_count(number):
     assert ("must be at least 1" if number != "many" else "expected a whole number") in out.stderr
 
 
-def test_demo_refuses_no_epochs():
-    out = subprocess.run([sys.executable, "-m", "hookwrap", "demo", "--epochs", "0"], capture_output=True, text=True)
-    assert out.returncode == 2 and "argument --epochs: must be at least 1, got 0" in out.stderr
-
-
 def test_step_report_needs_torch_or_says_so():
     try:
         import torch  # noqa: F401

@@ -611,7 +611,5 @@ def test_one_logger_protocol_and_the_optimizer_as_the_hooked_object(hw, ht, tmp_
         for _ in range(3):
             model(torch.ones(1, 2)).sum().backward()
             opt.step()
-        with pytest.raises(hw.HookError, match="logging.Logger, which takes messages"):
-            ht.GradNorm(logger=__import__("logging").getLogger("x"))
     assert monitor.history == [(0, [0.25])]
     assert sink.rows == [(0, {"lr": 0.25})] * 3  # each settled as its step (the outermost call) ended

@@ -374,8 +374,7 @@ def test_pickles_and_copies_with_what_it_has_queued(hw, ht):
     ({"tokens": 3}, r"Throughput: tokens must be a function of the batch"),
     ({"batch": "not a name"}, r"Throughput: batch must be the name of the step join point's argument"),
     ({"clock": 1.0}, r"Throughput: clock must be a function returning seconds"),
-    ({"logger": object()}, r"Throughput: logger must be a hookwrap.torch.MetricsLogger or an object with log_metrics\(metrics.*got <object object at .*> \(object\), which has no log_metrics method"),
-    ({"logger": __import__("logging").getLogger("x")}, r"Throughput: logger must be .*got a logging.Logger"),
+    ({"logger": object()}, r"Throughput: logger must be a hookwrap.torch.MetricsLogger, an object with log_metrics\(metrics.*got <object object at .*> \(object\), which has no log_metrics method"),
     ({"sync": True, "device": "cpu"}, r"Throughput: sync=True synchronizes CUDA, but the device is cpu"),
     ({"device": "no such device"}, r"Throughput: device must be a torch.device"),
 ])
@@ -420,7 +419,7 @@ def test_a_misspelled_step_event_fails_when_attached(hw, ht):
 @pytest.mark.parametrize("kwargs, message", [
     ({"every": -1}, r"MemoryMonitor: every must be a whole number >= 1, got -1"),
     ({"reset_peak": 1}, r"MemoryMonitor: reset_peak must be True or False"),
-    ({"logger": 3}, r"MemoryMonitor: logger must be a hookwrap.torch.MetricsLogger or an object with log_metrics\(metrics.*got 3 \(int\), which has no log_metrics method"),
+    ({"logger": 3}, r"MemoryMonitor: logger must be a hookwrap.torch.MetricsLogger, an object with log_metrics\(metrics.*got 3 \(int\), which has no log_metrics method"),
     ({"logger": dict}, r"MemoryMonitor: logger must be .*got the class dict, not an instance"),
     ({"device": 3.5}, r"MemoryMonitor: device must be a torch.device"),
 ])

@@ -11,7 +11,7 @@ from typing import Any
 
 
 def _at_least_one(text: str) -> int:
-    """An argument counting calls or epochs: a whole number, at least 1 (argparse
+    """An argument counting calls: a whole number, at least 1 (argparse
     prints this error with the option's name, and exits with status 2)."""
     try:
         value = int(text)
@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"hookwrap {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="train a small PyTorch model through a hookable loop with callbacks")
-    demo.add_argument("--epochs", type=_at_least_one, default=20, help="at most this many epochs (default 20)")
+    demo.add_argument("--epochs", type=int, default=20, help="at most this many epochs (default 20)")
     demo.add_argument("--device", default="cpu", help="cpu (default), cuda (or cuda:N), or mps")
     demo.add_argument("--no-hooks", action="store_true",
                       help="the same run without callbacks, to compare")

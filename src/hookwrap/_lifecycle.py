@@ -31,6 +31,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
+import logging
 import sys
 import threading
 import weakref
@@ -64,6 +65,8 @@ __all__ = [
     "track_deferring",
 ]
 
+
+log = logging.getLogger("hookwrap")  # hookwrap's own record: resumes, at INFO; quiet unless asked
 
 # --- Deferred work, settled at boundaries ----------------------------------------
 
@@ -472,6 +475,8 @@ def load_callback_state(obj: Any, state: dict[str, Any], strict: bool = True) ->
                 f"callback of the same kind and version?"
             ) from exc
         loaded.append(key)
+    if loaded:
+        log.info("load_callback_state(%s): loaded %s", type(obj).__qualname__, ", ".join(loaded))
 
 
 class CallbackState:

@@ -35,6 +35,7 @@ from .loop_changes import GradAccumulation
 from .loop_changes import GradClip
 from .memory import MemoryMonitor
 from .metrics_logger import CSVWriter
+from .metrics_logger import LogRecords
 from .metrics_logger import MetricsLogger
 from .metrics_logger import MetricsSink
 from .metrics_logger import TensorBoardWriter
@@ -64,6 +65,7 @@ __all__ = [
     "GradNorm",
     "HostReads",
     "LRMonitor",
+    "LogRecords",
     "MemoryMonitor",
     "MetricsLogger",
     "MetricsSink",

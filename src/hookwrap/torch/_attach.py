@@ -352,32 +352,33 @@ _wrappers: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 def checked_logger(logger: Any, where: str) -> Any:
     """``logger`` as the callbacks log into it: ``None``; a ``MetricsLogger`` itself; any
     other object with ``log_metrics(metrics, step)`` (the one logger protocol of
-    hookwrap.torch: Lightning's loggers, the ``mlflow`` module, a class of yours) inside
-    a ``MetricsLogger(loggers=[logger])`` of its own, so its values are read back in
+    hookwrap.torch: Lightning's loggers, the ``mlflow`` module, a class of yours), or a
+    ``logging.Logger`` (an INFO record a step: ``LogRecords``), inside a
+    ``MetricsLogger(loggers=[logger])`` of its own, so its values are read back in
     batches and nothing is lost at the end of the run. Else a HookError naming the
-    setting: a class, a ``logging.Logger``, an object without ``log_metrics``."""
+    setting: a class, an object without ``log_metrics``."""
     import logging
 
     if logger is None:
         return None
-    from .metrics_logger import MetricsLogger
+    from .metrics_logger import LogRecords, MetricsLogger
 
     if isinstance(logger, MetricsLogger):
         return logger
-    if not isinstance(logger, type) and not isinstance(logger, logging.Logger) \
-            and callable(getattr(logger, "log_metrics", None)):
+    if isinstance(logger, logging.Logger) or (
+            not isinstance(logger, type) and callable(getattr(logger, "log_metrics", None))):
         # One wrapper per logger, whichever callbacks share it: its rows go in step order,
         # and it is finalized once.
         wrapper = _wrappers.get(id(logger))
-        if wrapper is None or wrapper.loggers[0] is not logger:
+        sink = wrapper.loggers[0] if wrapper is not None else None
+        if sink is None or (sink.logger if isinstance(sink, LogRecords) else sink) is not logger:
             wrapper = _wrappers[id(logger)] = MetricsLogger(loggers=[logger])
         return wrapper
     what = (f"the class {logger.__qualname__}, not an instance" if isinstance(logger, type)
-            else "a logging.Logger, which takes messages, not metrics" if isinstance(logger, logging.Logger)
             else f"{logger!r} ({type(logger).__name__}), which has no log_metrics method")
-    raise HookError(f"{where}: logger must be a hookwrap.torch.MetricsLogger or an object with "
+    raise HookError(f"{where}: logger must be a hookwrap.torch.MetricsLogger, an object with "
                     f"log_metrics(metrics: dict[str, float], step: int), such as Lightning's loggers or the "
-                    f"mlflow module; got {what}.")
+                    f"mlflow module, or a logging.Logger; got {what}.")
 
 
 class LogsInto(Defers):

@@ -6,6 +6,7 @@ states and their gathering across ranks."""
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import os
 import types
@@ -21,6 +22,8 @@ from ._best import MonitoredCallback
 from .checkpoint_io import CheckpointIO, gather_ranks, of_this_rank, rng_state, set_rng_state
 from .distributed import written_on_rank_zero
 from .readback import settle
+
+log = logging.getLogger(__name__)  # under "hookwrap": saves, restores and resumes, at INFO
 
 __all__ = ["BestCheckpoint", "Checkpoint", "rng_state", "set_rng_state"]
 
@@ -115,6 +118,7 @@ class BestCheckpoint(MonitoredCallback):
             checkpoint["optimizer"] = optimizer.state_dict()
         self.io.save(checkpoint, self.path)
         self.saved += 1
+        log.info("%s: saved the best %s so far, %.6g, at step %d", self.where, self.monitor, value, self.step)
 
     def _restore(self, obj: Any) -> None:
         model, optimizer = self._release(self.fit_event)
@@ -148,6 +152,8 @@ class BestCheckpoint(MonitoredCallback):
             if optimizer is None:
                 optimizer = from_object(obj, self.optimizer, "optimizer", self.where)
             optimizer.load_state_dict(checkpoint["optimizer"])
+        log.info("%s: restored the best weights (%s %.6g, step %s)", self.where, self.monitor,
+                 checkpoint.get("value", float("nan")), checkpoint.get("step"))
 
 
 def _device_of(model: Any) -> Any:
@@ -479,6 +485,8 @@ class Checkpoint(MonitoredCallback):
                 self.saved += len(names)
                 for name in evicted:
                     self.io.remove(self.dir / name)
+                log.info("%s: saved %s at step %d%s", self.where, ", ".join(names), self.step,
+                         f" (removed {', '.join(evicted)})" if evicted else "")
 
     # --- resuming -----------------------------------------------------------------------
 
@@ -586,6 +594,7 @@ class Checkpoint(MonitoredCallback):
         # Resumed from an earlier file, its top-k may name files the run it abandons
         # evicted since: they are not the best kept any more.
         self.top_k = [entry for entry in self.top_k if self.io.exists(self.dir / entry[2])]
+        log.info("%s: resumed from %s at step %d, epoch %d", self.where, str(file), self.step, self.epoch)
         return state
 
 

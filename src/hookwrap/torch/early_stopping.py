@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from ..errors import HookError, StopTraining
@@ -9,6 +10,8 @@ from ._attach import COUNT, DefaultEvent, saved, whole_number
 from ._best import MonitoredCallback
 
 __all__ = ["EarlyStopping"]
+
+log = logging.getLogger(__name__)  # under "hookwrap": the decision to stop, at INFO
 
 
 class EarlyStopping(MonitoredCallback):
@@ -61,11 +64,13 @@ class EarlyStopping(MonitoredCallback):
             self.best.value = value
         self.wait += 1
         if self.wait >= self.patience:
-            raise StopTraining(
+            stop = StopTraining(
                 f"EarlyStopping: {self.monitor} has not improved by more than "
                 f"{self.best.min_delta} for {self.wait} evaluations (best {self.best.value:.6g} "
                 f"at step {self.best_step}, now {value:.6g})."
             )
+            log.info("%s at step %d", stop, self.step)
+            raise stop
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "wait": self.wait}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import functools
 import importlib
+import logging
 import math
 import os
 import time
@@ -24,7 +25,7 @@ from .distributed import is_distributed
 from .readback import settle as settle_decisions
 from .readback import QueuesReadBacks, shared
 
-__all__ = ["CSVWriter", "MetricsLogger", "MetricsSink", "TensorBoardWriter", "tensorboard_available"]
+__all__ = ["CSVWriter", "LogRecords", "MetricsLogger", "MetricsSink", "TensorBoardWriter", "tensorboard_available"]
 
 
 def tensorboard_available() -> bool:
@@ -126,6 +127,34 @@ class TensorBoardWriter:
         return {**self.__dict__, "_writer": None}
 
 
+class LogRecords:
+    """Rows to a ``logging.Logger``, one INFO record per step (``step 12: loss=0.25,
+    lr=0.001``): what ``MetricsLogger(loggers=[logging.getLogger(...)])`` and a
+    callback's ``logger=logging.getLogger(...)`` send to. The record carries the
+    step and the metrics as ``extra`` (``record.step``, ``record.metrics``) for a
+    handler that wants the numbers."""
+
+    def __init__(self, logger: logging.Logger, level: int = logging.INFO) -> None:
+        self.logger = logger
+        self.level = level
+
+    def __repr__(self) -> str:
+        return f"LogRecords({self.logger.name!r})"
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        if self.logger.isEnabledFor(self.level):
+            text = ", ".join(f"{name}={value:.6g}" for name, value in metrics.items())
+            self.logger.log(self.level, "step %d: %s", step, text,
+                            extra={"step": step, "metrics": dict(metrics)})
+
+    def __reduce__(self) -> Any:
+        return (_log_records, (self.logger.name, self.level))  # loggers pickle by name
+
+
+def _log_records(name: str, level: int) -> LogRecords:
+    return LogRecords(logging.getLogger(name), level)
+
+
 class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
     """Logs the loss (what ``loss_event`` returns, every ``every`` steps), every
     metric ``metrics_event`` returns, and whatever other callbacks ``log()``
@@ -138,7 +167,8 @@ class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
     * ``loggers``: any number of objects with ``log_metrics(metrics: dict[str,
       float], step: int)`` (``MetricsSink``): Lightning's ``CSVLogger``,
       ``TensorBoardLogger``, ``WandbLogger``, ``MLFlowLogger``, ``CometLogger``,
-      ``NeptuneLogger`` unchanged, the ``mlflow`` module, or a class of your own.
+      ``NeptuneLogger`` unchanged, the ``mlflow`` module, or a class of your own;
+      or a ``logging.Logger``: an INFO record a step (``LogRecords``).
 
     At least one is needed. On a framework's preset with a ``log`` join point
     (``log_event``: transformers, Lightning), it logs what the framework logs, on the
@@ -178,7 +208,7 @@ class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
     max_rows = 1024  # rows waiting that trigger a flush of those read (no read of its own)
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *,
-                 loggers: Iterable[MetricsSink] | MetricsSink = (), every: int = 1,
+                 loggers: Iterable[MetricsSink | logging.Logger] | MetricsSink | logging.Logger = (), every: int = 1,
                  loss_event: str | None = DefaultEvent("loss"),
                  metrics_event: str | None = DefaultEvent("evaluate"),
                  epoch_event: str | None = DefaultEvent("epoch"),
@@ -533,12 +563,12 @@ def _name(sink: Any) -> str:
 
 def _check_loggers(loggers: Any) -> list[Any]:
     """``loggers`` as a list, each checked to have a callable ``log_metrics``."""
-    if hasattr(loggers, "log_metrics"):  # one logger, not in a list
+    if hasattr(loggers, "log_metrics") or isinstance(loggers, logging.Logger):  # one logger, not in a list
         loggers = [loggers]
     elif isinstance(loggers, (str, bytes, os.PathLike)) or not isinstance(loggers, Iterable):
         raise HookError(f"MetricsLogger: loggers must be a list of loggers (objects with "
                         f"log_metrics(metrics, step)), got {_name(loggers)} {loggers!r}.")
-    checked = list(loggers)
+    checked = [LogRecords(logger) if isinstance(logger, logging.Logger) else logger for logger in loggers]
     for i, logger in enumerate(checked):
         method = getattr(logger, "log_metrics", None)
         if isinstance(logger, type):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import sys
 from collections.abc import Mapping
@@ -15,6 +16,8 @@ from .distributed import is_distributed, per_rank, ranks_where
 from .readback import QueuesReadBacks, defers_decisions, shared
 
 __all__ = ["NanGuard", "NonFiniteError"]
+
+log = logging.getLogger(__name__)  # under "hookwrap": the decision to stop, at INFO
 
 
 class NonFiniteError(FloatingPointError):
@@ -311,6 +314,7 @@ class NanGuard(Defers, QueuesReadBacks, CountingCallback):
 
     def _stop(self, seen: str) -> None:
         self._first = None
+        log.info("NanGuard: %s: stopping the run", seen)
         raise NonFiniteError(
             f"NanGuard: {seen}. Stopping the run; lower the learning rate, clip "
             f"gradients, or check the inputs of that step."
