@@ -111,16 +111,17 @@ def test_the_hookwrap_names_a_pickle_holds_are_pinned(built):
     }
 
 
-def test_an_object_pickled_when_readers_lived_in_reader_still_loads(hw, built):
+@pytest.mark.parametrize("saved_in", ["hookwrap._reader", "hookwrap._signature"])
+def test_an_object_pickled_when_readers_lived_elsewhere_still_loads(hw, built, saved_in):
     """A callback object's reader pickles by the module path of its functions, which
-    lived in hookwrap._reader until that was merged into _signature: a pickle naming
-    them there still loads, and the reader still reads."""
+    lived in hookwrap._reader, then hookwrap._signature, before both were merged
+    into _joinpoints: a pickle naming them there still loads, and still reads."""
     t = built.Trainer()
     t.add_callback(built.Seen())
     t.compute_loss(1)
     new = pickle.dumps(t, protocol=0)
-    assert b"hookwrap._signature\n" in new
-    clone = pickle.loads(new.replace(b"hookwrap._signature\n", b"hookwrap._reader\n"))
+    assert b"hookwrap._joinpoints\n" in new
+    clone = pickle.loads(new.replace(b"hookwrap._joinpoints\n", saved_in.encode() + b"\n"))
     clone.compute_loss(2)
     assert hw.callback_state(clone) == {"Seen": {"values": [1.1, 2.1]}}
 

@@ -13,7 +13,7 @@ import pytest
 
 @pytest.fixture
 def reader(hw: Any) -> Any:
-    return importlib.import_module("hookwrap._signature").reader
+    return importlib.import_module("hookwrap._joinpoints").reader
 
 
 class Seen:

@@ -29,7 +29,7 @@ def setup(name: str) -> tuple[str, dict[str, Any]]:
     import hookwrap as hw
 
     from hookwrap._bench import _around, _listen, _pre, _pre_free, model_class
-    from hookwrap._signature import reader
+    from hookwrap._joinpoints import reader
 
     Model = model_class(hw)
 

@@ -75,12 +75,13 @@ __version__ = "0.1.0"
 # merged into another, the old path is an alias of the new module (pickle imports
 # it, and finds it here); a class renamed keeps its old name beside the new.
 from . import _entries as _entries_module  # noqa: E402
+from . import _joinpoints as _joinpoints_module  # noqa: E402
 from . import _lifecycle as _lifecycle_module  # noqa: E402
-from . import _signature as _signature_module  # noqa: E402
 from . import _tiers as _tiers_module  # noqa: E402
 
 _MOVED = {"hookwrap._options": _entries_module, "hookwrap._state": _lifecycle_module,
-          "hookwrap._instances": _tiers_module, "hookwrap._reader": _signature_module}
+          "hookwrap._instances": _tiers_module, "hookwrap._reader": _joinpoints_module,
+          "hookwrap._signature": _joinpoints_module}
 for _old, _module in _MOVED.items():
     _sys.modules.setdefault(_old, _module)
 del _old, _module

@@ -24,7 +24,7 @@ from ._registration import Handle, register_entries, register_global
 from .errors import CallbackSignatureError, HookError, UnknownEventError, closest, safe_repr
 from ._entries import CUSTOM, PHASES, callback_object_event, normalize, parse_event
 from ._entries import Options, Registration, make_options
-from ._signature import READER_PHASE_ATTR
+from ._joinpoints import READER_PHASE_ATTR
 
 __all__ = ["Callback", "NotACallbackError", "add_callback", "callback_events", "register_global_callback"]
 

@@ -37,7 +37,7 @@ from ._tiers import can_hold_state, instance_state
 from ._joinpoints import all_join_points, fires, spec_of
 from ._owners import class_record, function_record, lock
 from ._policy import AROUND, ERROR, FUNCTION, MAX_CALL_SHAPES, METHOD, POST, PRE, EmitStep
-from ._signature import callable_label, callback_parameters
+from ._joinpoints import callable_label, callback_parameters
 from ._tiers import GLOBAL_TIER, check_class_tier, entries_for
 from ._traced import install, note_planned, traced_dispatch
 from .errors import HookError, safe_repr

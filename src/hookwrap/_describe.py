@@ -13,7 +13,7 @@ from ._tiers import can_hold_state, instance_state
 from ._tiers import GLOBAL_TIER, Entry, entries_for
 from .errors import HookError, UnknownEventError
 from ._entries import CUSTOM, PHASES, normalize
-from ._signature import callable_label
+from ._joinpoints import callable_label
 
 __all__ = ["Description", "describe"]
 

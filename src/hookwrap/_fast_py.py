@@ -6,7 +6,7 @@ behaviour; ``_dispatch`` picks one. What a plan is made of is ``_policy``'s; the
 rules of a call (the return contract, around advice, the emit loop) are
 ``_rules``', which this twin runs as they are (``Step.absorb``, ``call_around``,
 ``emitter`` are ``_rules``' own). It only follows plans built at registration
-(``_signature.py``, ``_chains.py``): no ``inspect``, no sorting, no string
+(``_joinpoints.py``, ``_chains.py``): no ``inspect``, no sorting, no string
 formatting unless an error is being raised. Keep it in step with
 ``_fast.pyx``: the test suite runs against both.
 

@@ -45,7 +45,7 @@ from ._dispatch import join_point_of
 from ._entries import CUSTOM, normalize, parse_event
 from ._joinpoints import all_join_points, target_join_points
 from ._registration import Handle
-from ._signature import per_join_point, reader
+from ._joinpoints import per_join_point, reader
 from .errors import HookError, StopTraining
 
 __all__ = [

@@ -37,7 +37,7 @@ from ._owners import (
     with_subclasses,
 )
 from ._policy import FUNCTION
-from ._signature import callable_label
+from ._joinpoints import callable_label
 from ._tiers import class_entries
 from .errors import HookError, UnknownEventError, closest, safe_repr
 

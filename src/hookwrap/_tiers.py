@@ -49,7 +49,7 @@ from ._owners import (
     traced_ones,
 )
 from ._policy import STATE_KEY
-from ._signature import callable_label
+from ._joinpoints import callable_label
 from .errors import CallbackPicklingError, HookError
 
 __all__ = [

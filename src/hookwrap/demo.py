@@ -122,7 +122,7 @@ def _hand_calls(trainer: Any, event: str, spec: Any) -> list[tuple[str, Any, lis
     its order: the callable hookwrap plans for the join point (a shipped callback's
     reader) and the argument names it asks for. A ``rank_zero_only`` callback is
     called unconditionally: the demo runs one process."""
-    from ._signature import for_join_point
+    from ._joinpoints import for_join_point
 
     calls = []
     for entry in describe(trainer).chains.get(event, []):

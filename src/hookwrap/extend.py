@@ -219,8 +219,8 @@ from ._joinpoints import all_join_points, find_join_point, spec_of, target_join_
 from ._lifecycle import Defers, Ending, boundary, settle_all, track_deferring
 from ._entries import process_group as _process_group
 from ._entries import process_rank as _process_rank
-from ._signature import per_join_point as _per_join_point
-from ._signature import reader as _reader
+from ._joinpoints import per_join_point as _per_join_point
+from ._joinpoints import reader as _reader
 from ._registration import Removable
 from ._lifecycle import stateful_callbacks as _stateful_callbacks
 from ._weave import weave_only

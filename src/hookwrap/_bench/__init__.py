@@ -18,7 +18,7 @@ import sys
 import timeit
 from typing import Any, Callable
 
-from .._signature import reader
+from .._joinpoints import reader
 from .others import SYSTEMS, absent, other_scenarios
 
 KS = (0, 1, 4, 16)
