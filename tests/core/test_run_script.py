@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from hookwrap.integrations import PRESETS  # every preset, in the error naming them (read at collection)
+
 torch = pytest.importorskip("torch", reason="needs the torch extra")
 
 SCRIPT = Path(__file__).parent / "scripts" / "mnist_style.py"
@@ -350,7 +352,8 @@ def test_a_branch_that_defines_the_woven_name_and_does_not_run_exits_2(hw, tmp_p
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"presets": ["torch_optimm"]},
-     "--preset 'torch_optimm': no such preset. Did you mean 'torch_optim'? Presets: accelerate, fabric, ignite, lightning, torch_optim, transformers."),
+     "--preset 'torch_optimm': no such preset. Did you mean 'torch_optim'? Presets: "
+     + ", ".join(sorted(PRESETS)) + "."),
     ({"weaves": ["epoch=__main__:trian"]},
      "--weave 'epoch=__main__:trian': mnist_style.py never defines 'trian' at its top level. "
      "Did you mean 'train'?"),
