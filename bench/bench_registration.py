@@ -9,7 +9,7 @@ once (where the chain is ordered), then removes them:
 * ``10,000 plain``: no ordering options: was quadratic (13.5 s for 10,000).
 
 Both are linear now: 400 chained take a few tens of milliseconds, and 10,000
-plain about ten times what 1,000 take. ``tests/test_ordering_scale.py`` counts
+plain about ten times what 1,000 take. ``tests/core/test_ordering_scale.py`` counts
 the property (no timing there).
 """
 

@@ -1,5 +1,10 @@
 """Every test runs against both dispatch implementations in one pytest run.
 
+The tests are in three layers, each folder with the fixtures it alone uses in its
+own conftest.py: ``core/`` (the hook library), ``torch/`` (the shipped callbacks
+of ``hookwrap.torch``) and ``integrations/`` (the presets for third-party
+trainers). The fixtures every layer uses are here.
+
 The ``hw`` fixture re-imports hookwrap with ``HOOKWRAP_NO_EXTENSIONS`` set or
 unset (ids ``c-extension-module`` / ``pure-python-module``). Tests define their
 classes inside the test, from the ``hw`` they were given.
@@ -49,19 +54,3 @@ def hw_module(request: pytest.FixtureRequest) -> Iterator[Any]:
 @pytest.fixture
 def hw(hw_module: Any) -> Any:
     return hw_module
-
-
-@pytest.fixture
-def renames(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
-    """``(source, destination)`` file names of each ``os.replace`` from now on, each
-    checked to be a rename of an existing file within one folder (an atomic write)."""
-    made: list[tuple[str, str]] = []
-    real_replace = os.replace
-
-    def replace(src: Any, dst: Any) -> None:
-        assert os.path.exists(src) and os.path.dirname(src) == os.path.dirname(dst)
-        made.append((os.path.basename(src), os.path.basename(dst)))
-        real_replace(src, dst)
-
-    monkeypatch.setattr(os, "replace", replace)
-    return made

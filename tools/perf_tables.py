@@ -20,7 +20,7 @@ for the instruction counts)::
     python tools/perf_tables.py --write docs/performance.md
 
 ``--check PAGE`` exits 1 when the page's tables differ from what the committed
-JSON gives (tests/test_perf_tables.py asserts the same); with no argument it
+JSON gives (tests/core/test_perf_tables.py asserts the same); with no argument it
 prints the tables. A developer tool: not part of the installed package, and it
 imports nothing of it.
 """

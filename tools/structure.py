@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "core"))
 from test_import_graph import SRC, import_graph  # noqa: E402  (the layering test's own reading)
 
 

@@ -24,6 +24,7 @@ def _at_least_one(text: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from . import __version__
+    from .integrations import _REGISTRY as presets
 
     parser = argparse.ArgumentParser(prog="hookwrap", description=__doc__)
     parser.add_argument("--version", action="version", version=f"hookwrap {__version__}")
@@ -49,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
                "--callback 'StepTimer()' train.py --epochs 2",
     )
     run.add_argument("--preset", action="append", default=[], metavar="NAME",
-                     help="apply a ready-made weave of hookwrap.integrations: torch_optim (step of every "
-                          "torch.optim optimizer), transformers, ignite, accelerate, fabric")
+                     help="apply a ready-made weave of hookwrap.integrations: " + ", ".join(
+                         f"{name} ({preset.weaves})" for name, preset in presets.items() if preset.from_cli))
     run.add_argument("--weave", action="append", default=[], metavar="[EVENT=]MODULE:ATTR",
                      help="make a function (MODULE:FUNCTION) or method (MODULE:CLASS.METHOD) a join point, "
                           "named EVENT if given; __main__:NAME is the script's own")

@@ -17,7 +17,7 @@ this twin runs most calls on generated code: its dispatch functions, and a
 straight-line runner per chain and call shape (``runner``); and a custom
 event's listeners run on an ``emit_runner`` in both twins (the compiled twin's
 emit runs on it under torch.compile). Each is the mirror of ``_rules``, written
-out for one plan (marked so where it is), and tests/test_differential.py holds
+out for one plan (marked so where it is), and tests/core/test_differential.py holds
 them equal. Every generated source is registered with ``linecache`` under a
 name that says what it runs, so a traceback or pdb through it shows its lines.
 Code is generated when a chain first sees a call shape (at most

@@ -4,7 +4,7 @@ custom event; a join point's ``Guard``. The rules a call follows are ``_rules``'
 
 Nothing here runs per call on the compiled path: ``_fast.pyx`` imports the
 strings and bounds, and compiles the numbers in as C constants
-(``_fast.pinned_constants()`` hands them back, and tests/test_implementation.py
+(``_fast.pinned_constants()`` hands them back, and tests/core/test_implementation.py
 pins them to these). It imports nothing of
 hookwrap's, so every module can import it.
 """

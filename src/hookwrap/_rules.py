@@ -13,7 +13,7 @@ Three kinds of code mirror them for speed, each marked so where it does:
 ``_fast.pyx`` (``Step.absorb``, ``_run_fast``'s inline loop, ``_Proceed`` and
 ``_around_from``, the emit plan's loop), the code ``_fast_py`` generates, and
 ``_asyncgen``, which adapts ``Proceed`` and ``absorb`` to ``await``.
-tests/test_differential.py holds them equal: the compiled twin against the pure
+tests/core/test_differential.py holds them equal: the compiled twin against the pure
 one, and the generated code against these functions (random registrations,
 calls and emits, results and errors compared).
 """

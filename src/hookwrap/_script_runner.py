@@ -212,7 +212,7 @@ class Runner:
                     target.module = "__main__"
 
     def _apply_presets(self) -> None:
-        from .integrations import PRESETS
+        from .integrations import _REGISTRY, PRESETS, load
 
         for name in self.presets:
             key = name.replace("-", "_")
@@ -221,11 +221,10 @@ class Runner:
                     f"{PROG}: --preset {name!r}: no such preset.{closest(key, list(PRESETS))} "
                     f"Presets: {', '.join(sorted(PRESETS))}. Or weave what you need with --weave."
                 )
-            module_name, _, function = PRESETS[key].partition(":")
             try:
-                apply = getattr(importlib.import_module(module_name), function)
+                apply = load(key)
             except ImportError as exc:
-                extra = "torch" if key == "torch_optim" else "thirdparty"  # where the tested version is pinned
+                extra = _REGISTRY[key].extra  # where the tested version is pinned
                 raise BadInput(f"{PROG}: --preset {name!r} needs {exc.name or exc}: install it "
                                f"(pip install 'hookwrap[{extra}]' torch==2.13.0, or your own "
                                f"version of {exc.name or 'it'}).") from None

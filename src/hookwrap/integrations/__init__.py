@@ -23,21 +23,42 @@ lightning preset needs your LightningModule subclass: ``weave(MyModule)``.)
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from ..errors import HookError, closest
 from ._weaving import PresetHandle
 
 __all__ = ["PRESETS", "PresetHandle", "load"]
 
-PRESETS: dict[str, str] = {
-    "torch_optim": "hookwrap.integrations.torch_optim:weave_optimizers",
-    "transformers": "hookwrap.integrations.transformers:weave",
-    "lightning": "hookwrap.integrations.lightning:weave",
-    "ignite": "hookwrap.integrations.ignite:weave",
-    "accelerate": "hookwrap.integrations.accelerate:weave",
-    "fabric": "hookwrap.integrations.fabric:weave",
+
+class _Preset(NamedTuple):
+    weave: str  # "module:function", imported only when the preset is used
+    weaves: str  # what it weaves, as `hookwrap run --help` and the integrations page's table say
+    framework: str  # the top-level module of what it weaves: importing this package never imports it
+    extra: str  # the extra of hookwrap pinning the version the tests use
+    from_cli: bool = True  # `hookwrap run --preset` applies it (lightning's needs your module class)
+
+
+# The one list of presets: PRESETS, `hookwrap run --preset` (its help and its
+# checks), the integrations page's table of presets (a test compares them) and the
+# tests of tests/integrations/ read it. A new preset: its module, a line here, its
+# tests (tests/integrations/test_NAME.py), its row and section on
+# docs/guide/integrations.md, its reference on docs/reference/integrations.md.
+_REGISTRY: dict[str, _Preset] = {
+    "torch_optim": _Preset("hookwrap.integrations.torch_optim:weave_optimizers",
+                           "step of every torch.optim optimizer", "torch", "torch"),
+    "transformers": _Preset("hookwrap.integrations.transformers:weave", "Hugging Face Trainer",
+                            "transformers", "thirdparty"),
+    "lightning": _Preset("hookwrap.integrations.lightning:weave",
+                         "your LightningModule subclass, in Lightning's Trainer", "lightning", "thirdparty",
+                         from_cli=False),
+    "ignite": _Preset("hookwrap.integrations.ignite:weave", "ignite Engine", "ignite", "thirdparty"),
+    "accelerate": _Preset("hookwrap.integrations.accelerate:weave", "accelerate Accelerator", "accelerate",
+                          "thirdparty"),
+    "fabric": _Preset("hookwrap.integrations.fabric:weave", "Lightning Fabric", "lightning", "thirdparty"),
 }
+
+PRESETS: dict[str, str] = {name: preset.weave for name, preset in _REGISTRY.items()}
 
 
 def load(name: str) -> Callable[..., Any]:

@@ -1,0 +1,667 @@
+"""``hookwrap run``: a training script nobody edits, run with weaves and callbacks
+applied from outside. ``tests/core/scripts/mnist_style.py`` is a pytorch/examples
+MNIST-style script (module-level ``train``/``test``, argparse, an LR scheduler) on
+synthetic data: 640 samples in batches of 64 (10 optimizer steps an epoch), 256
+test samples in one batch."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pickle
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hookwrap.integrations import PRESETS  # every preset, in the error naming them (read at collection)
+
+torch = pytest.importorskip("torch", reason="needs the torch extra")
+
+SCRIPT = Path(__file__).parent / "scripts" / "mnist_style.py"
+STEPS_PER_EPOCH = 10  # 640 / 64
+WEAVES = ["epoch=__main__:train", "evaluate=__main__:test", "loss=torch.nn.functional:nll_loss"]
+
+
+def _runner(hw: Any) -> Any:
+    return importlib.import_module("hookwrap._script_runner")
+
+
+def _hookwrap_run(hw: Any, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m hookwrap run ...`` in a fresh process, on the fixture's dispatch."""
+    env = dict(os.environ, HOOKWRAP_NO_EXTENSIONS="" if hw.USING_EXTENSION else "1")
+    return subprocess.run([sys.executable, "-m", "hookwrap", "run", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _state() -> dict[str, Any]:
+    """What a run must leave as it found it."""
+    import torch.nn.functional as F
+
+    return {"nll_loss": F.nll_loss, "argv": sys.argv[:], "path": sys.path[:], "main": sys.modules["__main__"],
+            "steps": {c: vars(c).get("step") for c in (torch.optim.Optimizer, torch.optim.Adadelta, torch.optim.SGD)},
+            "init_subclass": "__init_subclass__" in vars(torch.optim.Optimizer)}
+
+
+# --- in this process: exact counts -------------------------------------------------
+
+
+def test_counts_every_step_epoch_evaluation_and_loss_and_restores_everything(hw, capsys):
+    counts = {"step": 0, "epoch": 0, "evaluate": [], "loss": 0, "lr": []}
+
+    class Counter(hw.Callback):
+        def pre_step(self, optimizer: Any) -> None:
+            counts["step"] += 1
+            counts["lr"].append(optimizer.param_groups[0]["lr"])
+
+        def post_epoch(self) -> None:  # a plain function join point: no object
+            counts["epoch"] += 1
+
+        def post_evaluate(self, return_value: float) -> float:
+            counts["evaluate"].append(return_value)
+            return return_value
+
+        def post_loss(self) -> None:
+            counts["loss"] += 1
+
+    before = _state()
+    status = _runner(hw).run(str(SCRIPT), ["--epochs", "3", "--gamma", "0.5"], presets=["torch_optim"],
+                             weaves=WEAVES, callbacks=[Counter()])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert counts["step"] == 3 * STEPS_PER_EPOCH == 30
+    assert counts["epoch"] == 3
+    assert len(counts["evaluate"]) == 3 and out.count("Test set: Average loss") == 3
+    assert [f"{v:.4f}" for v in counts["evaluate"]] == [
+        line.split("Average loss: ")[1].split(",")[0] for line in out.splitlines() if "Average loss" in line]
+    assert counts["loss"] == 30 + 3  # each training batch, and the one test batch an epoch
+    assert counts["lr"] == [1.0] * 10 + [0.5] * 10 + [0.25] * 10  # the scheduler ran, once per epoch
+    assert _state() == before
+
+
+def test_a_class_of_the_script_is_woven_when_the_script_defines_it(hw, capsys):
+    forwards = []
+    status = _runner(hw).run(str(SCRIPT), ["--epochs", "2"], weaves=["__main__:Net.forward"],
+                             callbacks=[("post-forward", lambda self, return_value: forwards.append(
+                                 (type(self).__name__, tuple(return_value.shape))) or return_value)])
+    assert status == 0
+    assert forwards == ([("Net", (64, 4))] * STEPS_PER_EPOCH + [("Net", (256, 4))]) * 2
+
+
+def test_step_timer_counts_optimizer_steps(hw, capsys):
+    from hookwrap.torch import StepTimer
+
+    timer = StepTimer()
+    assert _runner(hw).run(str(SCRIPT), ["--epochs", "2", "--batch-size", "32"], presets=["torch-optim"],
+                           callbacks=[timer]) == 0
+    assert timer.count == 2 * 20 and all(t > 0 for t in timer.times)
+    assert f"hookwrap run: StepTimer: 40 steps, median" in capsys.readouterr().err
+
+
+def test_nan_guard_stops_the_run_naming_the_step(hw, capsys):
+    status = _runner(hw).run(str(SCRIPT), ["--epochs", "2", "--lr", "1e30"], presets=["torch_optim"],
+                             weaves=WEAVES, callbacks=["NanGuard(events='loss')"])
+    captured = capsys.readouterr()
+    assert status == 1
+    assert "NonFiniteError: NanGuard: event 'post-loss' returned nan at step 1. " in captured.err
+    assert 'mnist_style.py", line' in captured.err and "script_runner.py" not in captured.err
+    assert "Test set" not in captured.out  # stopped in the first epoch
+
+
+def test_best_checkpoint_saves_the_model_test_is_given(hw, tmp_path, capsys):
+    # test(model, device, test_loader): the model is an argument of a module function.
+    from hookwrap.torch import BestCheckpoint
+
+    path = tmp_path / "best.pt"
+    saver = BestCheckpoint(path, monitor="return_value", optimizer=None)
+    losses: list[float] = []
+    weights: list[Any] = []
+
+    class Record(hw.Callback):
+        def post_evaluate(self, model: Any, return_value: float) -> float:
+            losses.append(return_value)
+            weights.append({k: v.clone() for k, v in model.state_dict().items()})
+            return return_value
+
+    assert _runner(hw).run(str(SCRIPT), ["--epochs", "3"], weaves=WEAVES, callbacks=[Record(), saver]) == 0
+    assert len(losses) == 3 and losses == sorted(losses, reverse=True)  # it learns: each test improves
+    saved = torch.load(path, weights_only=True)
+    assert saver.saved == 3 and saved["value"] == losses[-1] and "optimizer" not in saved
+    assert all(torch.equal(saved["model"][k], v) for k, v in weights[-1].items())
+
+
+# --- how the script runs ---------------------------------------------------------------
+
+
+def _script(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "probe.py"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def test_argv_main_path_pickling_and_exit_codes(hw, tmp_path, capsys):
+    probe = _script(tmp_path, """
+        import pickle, sys
+        class Point:
+            pass
+        print(sys.argv[1:], __name__, sys.path[0], __file__ == sys.argv[0] or __file__)
+        pickle.loads(pickle.dumps(Point()))  # a class of the script pickles by reference
+        if sys.argv[1] == "exit":
+            sys.exit(int(sys.argv[2]) if sys.argv[2].isdigit() else sys.argv[2])
+        if sys.argv[1] == "raise":
+            raise ValueError("boom")
+    """)
+    run = _runner(hw).run
+    assert run(str(probe), ["ok", "--epochs", "3", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out == f"['ok', '--epochs', '3', '--help'] __main__ {tmp_path} True\n"
+    assert run(str(probe), ["exit", "7"]) == 7
+    assert run(str(probe), ["exit", "0"]) == 0
+    assert run(str(probe), ["exit", "stopped by the script"]) == 1
+    assert "stopped by the script" in capsys.readouterr().err
+    assert run(str(probe), ["raise"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):\n") and err.endswith("ValueError: boom\n")
+    assert "script_runner" not in err and "probe.py\", line 10, in <module>" in err
+
+
+@pytest.mark.parametrize("args", [["--", "-x", "a"], ["-x", "a"], ["a", "--", "b"], ["--", "--"], ["--"],
+                                  ["--epochs", "2", "--", "x"], ["--help"], []])
+def test_the_command_line_gives_the_script_the_argv_python_gives_it(hw, tmp_path, capsys, args):
+    # argparse took a `--` right after the script as its own: `-- -x a` reached it as ['-x', 'a'].
+    probe = _script(tmp_path, """
+        import sys
+        def show():
+            print(sys.argv[1:])
+        show()
+    """)
+    alone = subprocess.run([sys.executable, str(probe), *args], capture_output=True, text=True, timeout=60)
+    main = importlib.import_module("hookwrap.__main__").main
+    assert main(["run", str(probe), *args]) == 0
+    assert capsys.readouterr().out == alone.stdout == f"{args}\n"
+    # hookwrap's own options end at the script, or at a `--` before it.
+    assert main(["run", "--weave", "__main__:show", "--", str(probe), *args]) == 0
+    assert capsys.readouterr().out == alone.stdout
+
+
+def test_the_command_line_without_a_script_is_refused(hw, capsys):
+    main = importlib.import_module("hookwrap.__main__").main
+    for argv in (["run"], ["run", "--"], ["run", "--callback", "StepTimer()"]):
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        assert exited.value.code == 2
+        assert "the following arguments are required: script" in capsys.readouterr().err
+
+
+def test_a_module_beside_the_script_and_the_script_by_its_module_name(hw, tmp_path, capsys):
+    (tmp_path / "helper.py").write_text("def double(x):\n    return 2 * x\n")
+    probe = _script(tmp_path, """
+        import helper
+        def total(n):
+            return sum(helper.double(i) for i in range(n))
+        print(total(4))
+    """)
+    seen = []
+    status = _runner(hw).run(str(probe), [], weaves=["helper:double", "probe:total"], callbacks=[
+        ("post-double", lambda return_value: seen.append(("double", return_value)) or return_value),
+        ("post-total", lambda return_value: seen.append(("total", return_value)) or return_value)])
+    assert status == 0 and capsys.readouterr().out == "12\n"
+    assert seen == [("double", 0), ("double", 2), ("double", 4), ("double", 6), ("total", 12)]
+    assert hw._dispatch.join_point_of(sys.modules["helper"].double) is None  # un-woven after the run
+    del sys.modules["helper"]
+
+
+COMPOUND_DEFINITIONS = {
+    "if": """
+        if True:
+            def step():
+                return "if"
+    """,
+    "elif-else": """
+        if False:
+            pass
+        elif len("a") == 2:
+            pass
+        else:
+            def step():
+                return "else"
+    """,
+    "try-except": """
+        try:
+            from no_such_module_xyz import step
+        except ImportError:
+            def step():
+                return "except"
+    """,
+    "try-else-finally": """
+        try:
+            pass
+        except ImportError:
+            pass
+        else:
+            def step():
+                return "else"
+        finally:
+            pass
+    """,
+    "finally": """
+        try:
+            pass
+        finally:
+            def step():
+                return "finally"
+    """,
+    "with": """
+        import contextlib
+        with contextlib.nullcontext():
+            def step():
+                return "with"
+    """,
+    "for": """
+        for _ in range(1):
+            def step():
+                return "for"
+    """,
+    "while": """
+        while True:
+            def step():
+                return "while"
+            break
+    """,
+    "nested": """
+        if True:
+            try:
+                import no_such_module_xyz
+            except ImportError:
+                with open(__file__):
+                    def step():
+                        return "nested"
+    """,
+}
+
+
+@pytest.mark.parametrize("form", list(COMPOUND_DEFINITIONS))
+def test_a_function_the_script_defines_inside_a_top_level_compound_statement_is_woven(hw, tmp_path, capsys, form):
+    # "never defines 'step'": only the top-level statements themselves were read.
+    probe = _script(tmp_path, textwrap.dedent(COMPOUND_DEFINITIONS[form]) + "print(step())\n")
+    seen: list[str] = []
+    status = _runner(hw).run(str(probe), [], weaves=["__main__:step"],
+                             callbacks=[("post-step", lambda return_value: seen.append(return_value) or return_value)])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    assert seen == [captured.out.strip()] and seen[0] in form
+
+
+def test_a_function_defined_in_the_main_block_is_woven_before_the_block_calls_it(hw, tmp_path, capsys):
+    probe = _script(tmp_path, """
+        import sys
+        if __name__ == "__main__":
+            def step(i):
+                return i * 10
+            for i in range(3):
+                step(i)
+            sys.exit(0)
+    """)
+    seen: list[int] = []
+    status = _runner(hw).run(str(probe), [], weaves=["__main__:step"],
+                             callbacks=[("post-step", lambda return_value: seen.append(return_value) or return_value)])
+    assert status == 0, capsys.readouterr().err
+    assert seen == [0, 10, 20]
+
+
+def test_a_function_a_loop_defines_anew_each_time_is_woven_each_time(hw, tmp_path, capsys):
+    probe = _script(tmp_path, """
+        for scale in (1, 2):
+            class Trainer:
+                def step(self, i):
+                    return i * scale
+            def run(i):
+                return Trainer().step(i)
+            run(3)
+        run(4)
+    """)
+    seen: list[Any] = []
+    status = _runner(hw).run(str(probe), [], weaves=["__main__:run", "__main__:Trainer.step"], callbacks=[
+        ("post-run", lambda return_value: seen.append(("run", return_value)) or return_value),
+        ("post-step", lambda self, return_value: seen.append(("step", return_value)) or return_value)])
+    assert status == 0, capsys.readouterr().err
+    assert seen == [("step", 3), ("run", 3), ("step", 6), ("run", 6), ("step", 8), ("run", 8)]
+
+
+def test_a_branch_that_defines_the_woven_name_and_does_not_run_exits_2(hw, tmp_path, capsys):
+    probe = _script(tmp_path, """
+        print("start")
+        if len("a") == 2:
+            def step():
+                pass
+        print("never")
+    """)
+    assert _runner(hw).run(str(probe), [], weaves=["__main__:step"], callbacks=[("post-step", lambda: None)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "start\n"
+    assert captured.err == (
+        "hookwrap run: --weave '__main__:step': probe.py did not define 'step' on this run: the branch of its "
+        "top-level statement that defines it did not run. Weave a name the script defines whichever way it "
+        "runs, or run it so that it defines 'step'.\n")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"presets": ["torch_optimm"]},
+     "--preset 'torch_optimm': no such preset. Did you mean 'torch_optim'? Presets: "
+     + ", ".join(sorted(PRESETS)) + "."),
+    ({"weaves": ["epoch=__main__:trian"]},
+     "--weave 'epoch=__main__:trian': mnist_style.py never defines 'trian' at its top level. "
+     "Did you mean 'train'?"),
+    ({"weaves": ["loss=torch.nn.functional:nll_los"]}, "has no attribute 'nll_los' to weave. Did you mean 'nll_loss'"),
+    ({"weaves": ["no_such_module_xyz:fit"]}, "--weave 'no_such_module_xyz:fit': cannot import 'no_such_module_xyz'"),
+    ({"weaves": ["__main__:Net.fowrard"]}, "it has no attribute 'fowrard' to weave. Did you mean 'forward'"),
+    ({"weaves": ["loss=torch.nn.functional"]}, "not a target. Write MODULE:FUNCTION or MODULE:CLASS.METHOD"),
+    ({"callbacks": ["StepTimr()"]}, "--callback 'StepTimr()': NameError: name 'StepTimr' is not defined. "
+                                    "Did you mean 'StepTimer'?"),
+    ({"callbacks": ["NanGuard(events='loss'"]}, "--callback \"NanGuard(events='loss'\": SyntaxError"),
+    ({"callbacks": ["42"]}, "--callback '42' is a int, not a callback."),
+    ({"callbacks": ["StepTimer(step_event='a_stage_no_test_defines')"]},
+     "Make the join points it needs with --weave EVENT=MODULE:ATTR or --preset torch_optim."),
+    ({"presets": ["torch_optim"], "callbacks": ["NanGuard(events='los')"]}, "--callback \"NanGuard(events='los')\""),
+])
+def test_bad_input_exits_2_naming_it_and_the_fix(hw, capsys, kwargs, message):
+    # (the message's middle is the core's own: "no join point 'train_step' exists", ...)
+    before = _state()
+    assert _runner(hw).run(str(SCRIPT), ["--epochs", "1"], **kwargs) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # the script never ran
+    assert captured.err.startswith("hookwrap run: ") and message in captured.err, captured.err
+    assert _state() == before
+
+
+def _stepping_script(tmp_path: Path) -> Path:
+    return _script(tmp_path, """
+        def step():
+            return 1
+        step()
+    """)
+
+
+def test_a_callback_whose_module_fails_to_import_reports_that_import_error(hw, tmp_path, capsys):
+    # It said "NameError: name 'brokencb' is not defined": the module was never imported.
+    (tmp_path / "brokencb.py").write_text("import hookwrap\nimport no_such_dependency_xyz\n")
+    probe = _stepping_script(tmp_path)
+    assert _runner(hw).run(str(probe), [], weaves=["__main__:step"], callbacks=["brokencb.Counter()"]) == 2
+    assert capsys.readouterr().err == (
+        "hookwrap run: --callback 'brokencb.Counter()': importing 'brokencb' failed: ModuleNotFoundError: "
+        "No module named 'no_such_dependency_xyz' (brokencb.py, line 2). Install what provides "
+        "'no_such_dependency_xyz', then run again.\n")
+    assert "brokencb" not in sys.modules
+
+
+def test_a_callback_of_a_module_the_expression_names_is_imported(hw, tmp_path, capsys):
+    (tmp_path / "callbacks_xyz").mkdir()
+    (tmp_path / "callbacks_xyz" / "__init__.py").write_text("")
+    (tmp_path / "callbacks_xyz" / "counting.py").write_text(textwrap.dedent("""
+        import hookwrap
+        class Counter(hookwrap.Callback):
+            def post_step(self, return_value):
+                print("counted", return_value)
+                return return_value
+    """))
+    probe = _stepping_script(tmp_path)
+    try:
+        assert _runner(hw).run(str(probe), [], weaves=["__main__:step"],
+                               callbacks=["callbacks_xyz.counting.Counter()"]) == 0, capsys.readouterr().err
+        assert capsys.readouterr().out == "counted 1\n"
+    finally:
+        for name in ("callbacks_xyz", "callbacks_xyz.counting"):
+            sys.modules.pop(name, None)
+
+
+def test_an_undefined_name_says_to_write_it_with_its_module(hw, tmp_path, capsys):
+    assert _runner(hw).run(str(_stepping_script(tmp_path)), [], weaves=["__main__:step"],
+                           callbacks=["Saver()"]) == 2
+    assert ("hookwrap run: --callback 'Saver()': NameError: name 'Saver' is not defined. A name of another "
+            "module: write it with its module (mypackage.callbacks.Saver(...)), which hookwrap run imports. "
+            "Give a Python expression making a callback, with these names in scope: ") in capsys.readouterr().err
+
+
+def test_shipped_names_when_hookwrap_torch_fails_to_import_report_that_import_error(hw, tmp_path, capsys, monkeypatch):
+    # It said "NameError: name 'MetricsLogger' is not defined": the failed import was dropped.
+    shipped = [name for name in sys.modules if name == "hookwrap.torch" or name.startswith("hookwrap.torch.")]
+    for name in shipped:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "hookwrap.torch.metrics_logger", None)  # an import inside fails
+    monkeypatch.delattr(hw, "torch", raising=False)
+    probe = _stepping_script(tmp_path)
+    try:
+        for expr, lead in [('MetricsLogger("m.csv")', "name 'MetricsLogger' is not defined, as hookwrap.torch, "
+                                                       "whose names --callback has in scope, did not import: "),
+                           ('hookwrap.torch.MetricsLogger("m.csv")', ""), ('hw.torch.MetricsLogger("m.csv")', "")]:
+            assert _runner(hw).run(str(probe), [], weaves=["__main__:step"], callbacks=[expr]) == 2
+            err = capsys.readouterr().err
+            assert err.startswith(
+                f"hookwrap run: --callback {expr!r}: {lead}importing 'hookwrap.torch' failed: ModuleNotFoundError: "
+                f"import of hookwrap.torch.metrics_logger halted; None in sys.modules (torch/__init__.py, line "), err
+            assert err.endswith("). Install what provides 'hookwrap.torch.metrics_logger', then run again.\n"), err
+    finally:
+        for name in [n for n in sys.modules if n.startswith("hookwrap.torch") and n not in shipped]:
+            del sys.modules[name]  # what the failed import left; the shipped ones come back
+
+
+def test_a_missing_script_exits_2(hw, tmp_path, capsys):
+    assert _runner(hw).run(str(tmp_path / "nope.py"), []) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+# --- the command line, in a fresh process ---------------------------------------------------
+
+
+def test_cli_nan_guard_exits_non_zero_naming_the_step(hw, tmp_path):
+    result = _hookwrap_run(hw, "--preset", "torch_optim", *[f"--weave={w}" for w in WEAVES],
+                           "--callback", "NanGuard(events='loss')", str(SCRIPT), "--epochs", "2", "--lr", "1e30",
+                           cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert "Train Epoch: 1 [0/640 (0%)]" in result.stdout
+    assert "NanGuard: event 'post-loss' returned nan at step 1. " in result.stderr
+
+
+def test_cli_step_timer_and_progress_bar_with_argv_passed_through(hw, tmp_path):
+    result = _hookwrap_run(hw, "--preset", "torch_optim", "--weave", "epoch=__main__:train",
+                           "--callback", "StepTimer()", "--callback", "ProgressBar(total=10, ncols=80)",
+                           str(SCRIPT), "--epochs", "2", "--log-interval", "5", "--save-model", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("Train Epoch:") == 2 * 2 and result.stdout.count("Test set") == 2
+    assert "hookwrap run: StepTimer: 20 steps, median " in result.stderr
+    assert "epoch 2: 100%" in result.stderr and "10/10" in result.stderr
+    assert (tmp_path / "mnist_mlp.pt").exists()  # the script's own cwd-relative output
+
+
+def test_cli_exit_code_of_the_script_is_kept(hw, tmp_path):
+    result = _hookwrap_run(hw, "--preset", "torch_optim", str(SCRIPT), "--epochs", "1",
+                           "--max-test-loss", "0.0", cwd=tmp_path)
+    assert result.returncode == 3 and "is above 0.0" in result.stderr
+    bad = _hookwrap_run(hw, "--preset", "adam", str(SCRIPT), cwd=tmp_path)
+    assert bad.returncode == 2 and "hookwrap run: --preset 'adam': no such preset." in bad.stderr
+
+
+# --- the documentation's commands, as written, on the MNIST-style script as train.py --------
+
+_ROOT = Path(__file__).parents[2]
+DOCS_RUNS = [
+    (f"{page.relative_to(_ROOT).as_posix()}:{i}", command, shown)
+    for page in [_ROOT / "README.md", *sorted((_ROOT / "docs").rglob("*.md"))]
+    for i, (command, shown) in enumerate(re.findall(
+        r"```bash\n(hookwrap run .*?)\n```\n\n```text\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.S))
+]
+
+
+def test_docs_show_hookwrap_run_commands():
+    assert len(DOCS_RUNS) == 2
+
+
+@pytest.mark.parametrize("name", [name for name, _, _ in DOCS_RUNS])
+def test_docs_hookwrap_run_command_runs_as_shown(hw, tmp_path, name):
+    command, shown = next((command, shown) for n, command, shown in DOCS_RUNS if n == name)
+    shutil.copy(SCRIPT, tmp_path / "train.py")
+    env = dict(os.environ, HOOKWRAP_NO_EXTENSIONS="" if hw.USING_EXTENSION else "1",
+               PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
+    result = subprocess.run(["bash", "-c", command.replace("\\\n", " ")], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=300)
+    out = result.stdout + result.stderr
+    # Timings and progress-bar rates differ from run to run; every other line shown is printed.
+    for line in shown.splitlines():
+        if line.strip() and not re.search(r"it/s|ms|^\s*\.\.\.|File |^\s+\S", line):
+            assert line.split("(...)")[0] in out, (line, out[-3000:])
+    if "exit status" not in shown:
+        assert result.returncode == 0, out[-3000:]
+
+
+def test_a_script_using_spawn_multiprocessing_runs_as_it_does_alone(hw, tmp_path):
+    # DataLoader workers on macOS/Windows, and CUDA scripts, start processes by spawn:
+    # each child runs the script again as __mp_main__ and looks its functions up there.
+    (tmp_path / "spawning.py").write_text(textwrap.dedent("""
+        import multiprocessing as mp
+
+        def square(x):
+            return x * x
+
+        if __name__ == "__main__":
+            with mp.get_context("spawn").Pool(1) as pool:
+                print(pool.map(square, [1, 2, 3]))
+    """))
+    result = _hookwrap_run(hw, "spawning.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[1, 4, 9]"
+
+
+MODULE_LEVEL = '''
+import torch
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # nothing is learned: the loss stays put
+x, y = torch.randn(16, 4), torch.randn(16, 1)
+
+
+@torch.no_grad()
+def evaluate():
+    return F.mse_loss(model(x), y).item()
+
+
+for it in range(100):
+    loss = F.mse_loss(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    if it % 5 == 4:
+        print(f"iter {it + 1}: val {evaluate():.4f}")
+print("done")
+'''
+
+
+def test_an_unedited_module_level_loop_ends_cleanly_on_an_early_stop(hw, tmp_path):
+    """nanoGPT's shape: a module-level loop, an evaluate() that takes no model, under
+    no_grad. The early stop ends the script with status 0 and one line saying why;
+    BestCheckpoint names the script's model before it exists; the loss function, woven
+    --train-only, counts the training calls, not the evaluation's."""
+    (tmp_path / "train.py").write_text(MODULE_LEVEL)
+    result = _hookwrap_run(
+        hw, "--weave", "evaluate=__main__:evaluate", "--weave", "loss=torch.nn.functional:mse_loss",
+        "--train-only", "loss", "--callback", "EarlyStopping('return_value', patience=2)",
+        "--callback", "BestCheckpoint('best.pt', monitor='return_value', model='__main__:model', "
+                      "optimizer='__main__:optimizer')",
+        "--callback", "StepTimer(step_event='loss')",
+        "train.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    # Evaluations 1 (best), 2, 3: the third stops the run before the script prints it.
+    assert result.stdout.count("val ") == 2 and "done" not in result.stdout
+    stopped = [line for line in result.stderr.splitlines() if line.startswith("hookwrap run: stopped: ")]
+    assert len(stopped) == 1 and "EarlyStopping: return_value has not improved" in stopped[0]
+    assert "hookwrap run: StepTimer: 15 steps" in result.stderr  # the 15 training calls, not the 3 evaluations'
+    saved = torch.load(tmp_path / "best.pt", weights_only=False)
+    assert set(saved["model"]) == {"weight", "bias"} and "optimizer" in saved
+
+
+def test_train_only_and_references_refuse_bad_input(hw, tmp_path):
+    (tmp_path / "train.py").write_text(MODULE_LEVEL)
+    result = _hookwrap_run(hw, "--train-only", "loss", "train.py", cwd=tmp_path)
+    assert result.returncode == 2 and "--train-only 'loss': no --weave makes a join point 'loss'" in result.stderr
+    result = _hookwrap_run(
+        hw, "--weave", "evaluate=__main__:evaluate", "--callback",
+        "BestCheckpoint('best.pt', monitor='return_value', model='__main__:modle', optimizer=None)",
+        "train.py", cwd=tmp_path)
+    assert result.returncode == 1 and "model='__main__:modle': __main__ has no 'modle' (yet)" in result.stderr
+
+
+WITH_TEST_SET = '''
+import torch
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+x, y = torch.randn(16, 4), torch.randn(16, 1)
+val_data, test_data = (torch.randn(16, 4), torch.randn(16, 1)), (torch.randn(16, 4), torch.randn(16, 1))
+
+
+def evaluate(data_source):
+    with torch.no_grad():
+        return F.mse_loss(model(data_source[0]), data_source[1]).item()
+
+
+for epoch in range(2):
+    loss = F.mse_loss(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    print(f"epoch {epoch}: val {evaluate(val_data):.4f}")
+print(f"test {evaluate(test_data):.4f}")
+'''
+
+
+def test_only_leaves_the_test_set_evaluation_out_and_a_join_point_never_called_is_said(hw, tmp_path):
+    """word_language_model's shape: evaluate(val_data) each epoch, evaluate(test_data) at the
+    end. With --only the test set is no evaluation (EarlyStopping with patience 2 would
+    otherwise stop on it); a woven loss function the script never calls is reported."""
+    (tmp_path / "train.py").write_text(WITH_TEST_SET)
+    args = ["--weave", "evaluate=__main__:evaluate", "--callback", "EarlyStopping('return_value', patience=2)"]
+    result = _hookwrap_run(hw, *args, "train.py", cwd=tmp_path)
+    assert "hookwrap run: stopped: EarlyStopping" in result.stderr and "test " not in result.stdout
+    result = _hookwrap_run(hw, *args, "--only", "evaluate: data_source is val_data",
+                           "--weave", "loss=torch.nn.functional:cross_entropy", "train.py", cwd=tmp_path)
+    assert result.returncode == 0 and "stopped" not in result.stderr, result.stderr
+    assert result.stdout.count("val ") == 2 and "test " in result.stdout
+    assert ("--weave 'loss=torch.nn.functional:cross_entropy': join point 'loss' never fired" in result.stderr)
+    assert "join point 'evaluate' never fired" not in result.stderr
+    result = _hookwrap_run(hw, "--weave", "evaluate=__main__:evaluate", "--only", "evaluate data_source",
+                           "train.py", cwd=tmp_path)
+    assert result.returncode == 2 and "--only 'evaluate data_source': write EVENT: CONDITION" in result.stderr
+
+
+def test_messages_name_what_a_command_line_user_can_type(hw, tmp_path):
+    (tmp_path / "train.py").write_text(WITH_TEST_SET)
+    result = _hookwrap_run(hw, "--weave", "evaluate=__main__:evaluate", "--callback", "EarlyStopping()",
+                           "train.py", cwd=tmp_path)
+    assert "returned a float, not a mapping holding 'val_loss': monitor='return_value'" in result.stderr
+    result = _hookwrap_run(hw, "--weave", "evaluate=__main__:evaluate", "--callback",
+                           "BestCheckpoint('b.pt', monitor='return_value', optimizer=None)", "train.py", cwd=tmp_path)
+    assert "model='__main__:model'" in result.stderr
+    result = _hookwrap_run(hw, "--preset", "torch_optim", "--callback", "LRMonitor()", "train.py", cwd=tmp_path)
+    assert result.returncode == 2 and "pass event='step'" in result.stderr
+
+
+def test_only_names_arguments_left_to_their_defaults(hw, tmp_path):
+    script = WITH_TEST_SET.replace("def evaluate(data_source):", "def evaluate(data_source=val_data):").replace(
+        "evaluate(val_data)", "evaluate()")
+    (tmp_path / "train.py").write_text(script)
+    result = _hookwrap_run(hw, "--weave", "evaluate=__main__:evaluate", "--only", "evaluate: data_source is val_data",
+                           "--callback", "EarlyStopping('return_value', patience=2)", "train.py", cwd=tmp_path)
+    assert result.returncode == 0 and "test " in result.stdout and "stopped" not in result.stderr, result.stderr
+    result = _hookwrap_run(hw, "--weave", "evaluate=__main__:evaluate", "--only", "evaluate: data is val_data",
+                           "train.py", cwd=tmp_path)
+    assert result.returncode == 1 and "--only 'evaluate: data is val_data' failed on this call: NameError" \
+        in result.stderr and "(data_source)" in result.stderr

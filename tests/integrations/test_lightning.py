@@ -1,0 +1,368 @@
+"""hookwrap.integrations.lightning on a real Lightning Trainer: a linear model,
+synthetic data, CPU. The shipped callbacks run with their default events."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.third_party,
+              pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+              pytest.mark.filterwarnings("ignore::UserWarning"),
+              pytest.mark.filterwarnings("ignore::FutureWarning")]
+
+torch = pytest.importorskip("torch", reason="needs the torch extra")
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    pl = pytest.importorskip("lightning.pytorch", reason="needs the thirdparty extra (lightning)")
+
+
+class Module(pl.LightningModule):
+    def __init__(self, lr: float = 0.0) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.layer = torch.nn.Linear(4, 1)
+        self.lr = lr
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.layer(x), y)
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = batch
+        self.log("val_loss", torch.nn.functional.mse_loss(self.layer(x), y))
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+
+def loader() -> Any:
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(32, 4, generator=g), torch.randn(32, 1, generator=g)
+    return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=8)  # 4 batches
+
+
+def trainer(epochs: int = 20) -> Any:
+    return pl.Trainer(max_epochs=epochs, accelerator="cpu", logger=False, enable_checkpointing=False,
+                      enable_progress_bar=False, enable_model_summary=False)
+
+
+def weights(module: Any) -> Any:
+    return torch.cat([p.detach().flatten().clone() for p in module.parameters()])
+
+
+def test_early_stopping_sets_should_stop_and_fit_finishes(hw, preset):
+    from hookwrap.torch import EarlyStopping, GradNorm, StepTimer
+
+    with preset.weave(Module) as handle:
+        module = Module(lr=0.0)  # nothing is learned: val_loss never improves after the first epoch
+        evaluations = []
+        hw.after(module, "evaluate", lambda self, return_value: evaluations.append(dict(return_value)) or return_value)
+        timer, grads = StepTimer(), GradNorm(model=module)
+        for cb in (EarlyStopping("val_loss", patience=2), timer, grads):
+            hw.add_callback(module, cb)
+        run = trainer(epochs=20)
+        run.fit(module, loader(), loader())
+        assert run.should_stop and run.state.status == pl.trainer.states.TrainerStatus.FINISHED
+        assert run.current_epoch == 3 < 20  # epochs 1 (best), 2, 3 (patience 2 spent)
+        assert len(evaluations) == 3 and all("val_loss" in m for m in evaluations)  # not the sanity check
+        assert timer.count == 12 == run.global_step and len(grads.history) == 12
+        assert isinstance(handle.stopped, hw.StopTraining)
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_loss_scaled_to_zero_learns_nothing_and_nan_guard_stops(hw, preset, sync):
+    from hookwrap.torch import NanGuard, NonFiniteError
+
+    with preset.weave(Module):
+        module = Module(lr=0.5)
+        hw.after(module, "loss", lambda self, return_value: return_value * 0.0)
+        before = weights(module)
+        trainer(epochs=2).fit(module, loader())
+        assert torch.equal(weights(module), before)
+
+        module = Module(lr=0.5)
+        calls = []
+
+        def poison(self, return_value):
+            calls.append(1)
+            return return_value * float("nan") if len(calls) == 6 else return_value
+
+        hw.after(module, "loss", poison)
+        hw.add_callback(module, NanGuard(sync=sync))  # default events: loss, counted by step
+        with pytest.raises(NonFiniteError, match=r"'post-loss' returned nan at step 6"):
+            trainer(epochs=3).fit(module, loader())
+        # sync=True: in the bad step; by default read back when that epoch ends (step 8).
+        assert len(calls) == (6 if sync else 8)
+
+
+def test_stop_from_a_step_callback(hw, preset):
+    with preset.weave(Module) as handle:
+        module = Module(lr=0.1)
+
+        def stop_at_5(self, return_value):
+            if self.trainer.global_step == 5:
+                raise hw.StopTraining("five steps")
+            return return_value
+
+        hw.after(module, "step", stop_at_5)
+        run = trainer(epochs=10)
+        run.fit(module, loader())
+        assert run.global_step == 5 and run.current_epoch == 2  # the second epoch, ended at its first batch
+        assert run.state.status == pl.trainer.states.TrainerStatus.FINISHED
+        assert str(handle.stopped) == "five steps"
+
+
+def test_remove_restores_and_bad_input_is_refused(hw, preset):
+    from lightning.pytorch.loops import _EvaluationLoop, _FitLoop, _TrainingEpochLoop
+
+    from lightning.pytorch.core.optimizer import LightningOptimizer
+    from lightning.pytorch.trainer.connectors.checkpoint_connector import _CheckpointConnector
+    from lightning.pytorch.trainer.connectors.logger_connector.logger_connector import _LoggerConnector
+
+    classes = (Module, _FitLoop, _TrainingEpochLoop, _EvaluationLoop, LightningOptimizer, _CheckpointConnector,
+               _LoggerConnector)
+    before = [dict(vars(c)) for c in classes]
+    handle = preset.weave(Module)
+    assert set(handle.events) == {"fit", "epoch", "step", "loss", "backward", "optimizer_step", "evaluate", "log"}
+    handle.remove()
+    assert [dict(vars(c)) for c in classes] == before
+    module = Module(lr=0.5)
+    trainer(epochs=1).fit(module, loader())  # un-woven: a plain run
+    with pytest.raises(hw.HookError, match="pass your LightningModule subclass"):
+        preset.weave(pl.LightningModule)
+    with pytest.raises(hw.HookError, match=r"weave\(MyModule\)"):
+        preset.weave()
+    with pytest.raises(hw.HookError, match="expected your LightningModule subclass"):
+        preset.weave(torch.nn.Linear)
+
+
+class ManualModule(Module):
+    """Lightning's manual optimization, as its docs write it: manual_backward, then opt.step()
+    every ``accumulate`` batches."""
+
+    def __init__(self, lr: float = 0.1, accumulate: int = 1) -> None:
+        super().__init__(lr)
+        self.automatic_optimization = False
+        self.accumulate = accumulate
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        opt = self.optimizers()
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self.layer(x), y)
+        self.manual_backward(loss / self.accumulate)
+        if (batch_idx + 1) % self.accumulate == 0:
+            opt.step()
+            opt.zero_grad()
+        return loss
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_manual_optimization_steps_and_the_loss_it_backpropagates(hw, preset, accumulate):
+    """Each ``opt.step()`` is an optimizer_step, counted as Lightning counts global_step; the
+    loss is scaled where manual_backward takes it; a change after it was used is refused."""
+    from hookwrap.torch import LRMonitor
+
+    with preset.weave(ManualModule):
+        module = ManualModule(lr=0.5, accumulate=accumulate)
+        steps, backwards = [], []
+        hw.after(module, "optimizer_step", lambda self: steps.append(self.trainer.global_step))
+        hw.before(module, "backward", lambda self, loss: backwards.append(1) or loss * 0.0)
+        before = weights(module)
+        run = trainer(epochs=2)
+        run.fit(module, loader())
+        assert run.global_step == 8 // accumulate == len(steps) and len(backwards) == 8
+        assert torch.equal(weights(module), before)  # every loss backpropagated was scaled to 0
+
+    with preset.weave(ManualModule):
+        module = ManualModule(lr=0.5)
+        hw.after(module, "loss", lambda self, return_value: return_value * 0.0)
+        with pytest.raises(hw.HookError, match="manual optimization.*Change it on 'backward'"):
+            trainer(epochs=1).fit(module, loader())
+        module = ManualModule(lr=0.5)
+        seen = []
+        hw.after(module, "loss", lambda self, return_value: seen.append(float(return_value)) or return_value)
+        trainer(epochs=1).fit(module, loader())
+        assert len(seen) == 4
+
+
+def test_automatic_accumulation_counts_updates(hw, preset):
+    with preset.weave(Module):
+        module = Module(lr=0.1)
+        steps, losses = [], []
+        hw.after(module, "optimizer_step", lambda self: steps.append(1))
+        hw.after(module, "loss", lambda self: losses.append(1))
+        run = pl.Trainer(max_epochs=2, accelerator="cpu", logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, accumulate_grad_batches=2)
+        run.fit(module, loader())
+        assert len(steps) == run.global_step == 4 and len(losses) == 8
+
+
+def test_validate_test_and_predict_outside_fit_are_no_evaluations(hw, preset, tmp_path):
+    """The documented attach, then Lightning's other loops: nothing raised, and only
+    fit's validation runs are evaluations (Lightning's EarlyStopping counts the same)."""
+    from hookwrap.torch import BestCheckpoint, EarlyStopping, MetricsLogger, NanGuard
+
+    class Tested(Module):
+        def test_step(self, batch: Any, batch_idx: int) -> None:
+            x, y = batch
+            self.log("test_loss", torch.nn.functional.mse_loss(self.layer(x), y))
+
+        def predict_step(self, batch: Any, batch_idx: int) -> Any:
+            return self.layer(batch[0])
+
+    with preset.weave(Tested):
+        module = Tested(lr=0.1)
+        stopping = EarlyStopping("val_loss", patience=5)
+        logger = MetricsLogger(tmp_path / "m.csv", tensorboard=False)
+        for cb in (stopping, BestCheckpoint(tmp_path / "best.pt", monitor="val_loss", model=module), logger,
+                   NanGuard()):
+            hw.add_callback(module, cb)
+        evaluations = []
+        hw.after(module, "evaluate", lambda self: evaluations.append(1))
+        run = trainer(epochs=2)
+        with pytest.warns(hw.HookwrapWarning, match="logged no training values in this run"):
+            run.fit(module, loader(), loader())  # training_step logs nothing of its own: said, not silent
+        run.validate(module, loader())
+        run.test(module, loader())
+        assert "test_loss" in {name for _, name, _ in logger.csv.read()}  # outside fit: sent at once
+        predictions = run.predict(module, loader())
+        assert len(evaluations) == 2 and len(predictions) == 4
+        assert stopping.best.value is not None
+        assert set(torch.load(tmp_path / "best.pt", weights_only=False)["optimizer"]) == {"state", "param_groups"}
+        names = {name for _, name, _ in logger.read()}
+        assert {"val_loss", "test_loss"} <= names  # logged as Lightning logs them; only val_loss decided
+
+
+def test_resume_from_a_lightning_checkpoint_restores_hookwrap_callbacks(hw, preset, tmp_path):
+    """Lightning's checkpoint carries the callbacks' state, and fit(ckpt_path=...) restores
+    it: the resumed run stops at the epoch the straight run stops at (3; 4 before)."""
+    from hookwrap.torch import EarlyStopping
+
+    def fit(epochs: int, ckpt_path: Any = None) -> tuple[Any, Any]:
+        module = Module(lr=0.0)  # val_loss never improves after the first epoch
+        stopping = EarlyStopping("val_loss", patience=2)
+        hw.add_callback(module, stopping)
+        run = trainer(epochs=epochs)
+        run.fit(module, loader(), loader(), ckpt_path=ckpt_path)
+        return run, stopping
+
+    with preset.weave(Module):
+        straight, _ = fit(20)
+        first, stopping = fit(2)
+        assert stopping.wait == 1
+        first.save_checkpoint(tmp_path / "two.ckpt")
+        assert torch.load(tmp_path / "two.ckpt", weights_only=False)[preset.STATE_KEY]
+        resumed, stopping = fit(20, ckpt_path=tmp_path / "two.ckpt")
+        assert resumed.current_epoch == straight.current_epoch == 3 and stopping.wait == 2
+
+
+class Logging(Module):
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        loss = super().training_step(batch, batch_idx)
+        self.log("train_loss", loss)
+        return loss
+
+
+@pytest.mark.parametrize("with_logger", [True, False])
+def test_metrics_logger_logs_what_lightning_logs(hw, preset, tmp_path, with_logger):
+    """The rows Lightning gives its loggers (self.log's values, every log_every_n_steps, its
+    step and epoch), value for value, with accumulation; with no logger configured too."""
+    import csv
+
+    from lightning.pytorch.loggers import CSVLogger
+
+    from hookwrap.torch import MetricsLogger
+
+    with preset.weave(Logging):
+        module = Logging(lr=0.1)
+        logger = MetricsLogger(tmp_path / "m.csv", tensorboard=False)
+        hw.add_callback(module, logger)
+        run = pl.Trainer(max_epochs=2, accelerator="cpu", enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, log_every_n_steps=1, accumulate_grad_batches=2,
+                         logger=CSVLogger(tmp_path, name="pl") if with_logger else False)
+        run.fit(module, loader(), loader())
+        rows = logger.read()
+    assert {name for _, name, _ in rows} == {"train_loss", "val_loss", "epoch"}
+    if with_logger:
+        with open(run.logger.experiment.metrics_file_path, newline="") as f:
+            expected = sorted((int(r["step"]), name, float(value)) for r in csv.DictReader(f)
+                              for name, value in r.items() if name != "step" and value != "")
+        assert sorted(rows) == [(step, name, pytest.approx(value)) for step, name, value in expected]
+    assert sorted({step for step, name, _ in rows if name == "train_loss"}) == [0, 1, 2, 3]  # updates
+
+
+def test_grad_accumulation_is_refused_naming_lightning_own(hw, preset):
+    from hookwrap.torch import GradAccumulation
+
+    with preset.weave(Module):
+        with pytest.raises(hw.HookError, match=r"accumulates gradients itself.*accumulate_grad_batches=N"):
+            hw.add_callback(Module(), GradAccumulation(2))
+    assert not hasattr(Module, "__hookwrap_accumulation__")
+
+
+@pytest.mark.parametrize("min_delta", [0.002, 0.01])
+def test_early_stopping_decides_as_lightning_early_stopping(hw, preset, min_delta):
+    """The same run stopped by Lightning's EarlyStopping and by hookwrap's, with the same
+    monitor, patience and min_delta: the same epoch and global step."""
+    from lightning.pytorch.callbacks import EarlyStopping as LightningEarlyStopping
+
+    from hookwrap.torch import EarlyStopping
+
+    def fit(callbacks: list[Any], hooked: list[Any]) -> Any:
+        module = Module(lr=0.02)
+        for cb in hooked:
+            hw.add_callback(module, cb)
+        run = pl.Trainer(max_epochs=60, accelerator="cpu", logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks)
+        run.fit(module, loader(), loader())
+        return run
+
+    theirs = fit([LightningEarlyStopping("val_loss", patience=2, min_delta=min_delta)], [])
+    with preset.weave(Module):
+        ours = fit([], [EarlyStopping("val_loss", patience=2, min_delta=min_delta)])
+    assert (ours.current_epoch, ours.global_step) == (theirs.current_epoch, theirs.global_step)
+    assert theirs.current_epoch < 60
+
+
+def test_manual_optimization_never_runs_an_optimizer_step_override(hw, preset):
+    """Lightning never calls optimizer_step in manual optimization; routing opt.step()
+    through the event must not call the module's override (woven, callbacks or none)."""
+
+    class Overriding(ManualModule):
+        calls = 0
+
+        def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
+            type(self).calls += 1
+            for group in self.optimizers().param_groups:
+                group["lr"] = 0.0
+
+    def changed(woven: bool) -> bool:
+        module = Overriding(lr=0.5)
+        before = weights(module)
+        if woven:
+            steps: list[int] = []
+            hw.after(module, "optimizer_step", lambda self: steps.append(1))
+        trainer(epochs=1).fit(module, loader())
+        if woven:
+            assert len(steps) == 4
+        return not torch.equal(weights(module), before)
+
+    assert changed(woven=False) and Overriding.calls == 0
+    with preset.weave(Overriding):
+        assert changed(woven=True) and Overriding.calls == 0
+
+
+def test_resume_from_a_checkpoint_without_hookwrap_state_says_so(hw, preset, tmp_path):
+    from hookwrap.torch import EarlyStopping
+
+    run = trainer(epochs=1)
+    run.fit(Module(lr=0.0), loader(), loader())  # not woven: its checkpoint has no hookwrap state
+    run.save_checkpoint(tmp_path / "plain.ckpt")
+    with preset.weave(Module):
+        module = Module(lr=0.0)
+        hw.add_callback(module, EarlyStopping("val_loss", patience=2))
+        with pytest.warns(hw.HookwrapWarning, match=r"holds no hookwrap callback state: 'EarlyStopping"):
+            trainer(epochs=2).fit(module, loader(), loader(), ckpt_path=tmp_path / "plain.ckpt")
