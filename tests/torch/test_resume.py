@@ -10,6 +10,7 @@ state) makes it differ, so the test would catch its loss."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import random
 from typing import Any
