@@ -221,15 +221,18 @@ class Runner:
                     f"{PROG}: --preset {name!r}: no such preset.{closest(key, list(PRESETS))} "
                     f"Presets: {', '.join(sorted(PRESETS))}. Or weave what you need with --weave."
                 )
+            preset = _REGISTRY[key]
             try:
-                apply = load(key)
+                self.handles.append(load(key)())
             except ImportError as exc:
-                extra = _REGISTRY[key].extra  # where the tested version is pinned
-                raise BadInput(f"{PROG}: --preset {name!r} needs {exc.name or exc}: install it "
-                               f"(pip install 'hookwrap[{extra}]' torch==2.13.0, or your own "
-                               f"version of {exc.name or 'it'}).") from None
-            try:
-                self.handles.append(apply())
+                # The framework the preset weaves (imported by its module, or when it is
+                # applied) is missing here; anything else missing is a bug, and goes on.
+                if (exc.name or "").split(".")[0] != preset.framework:
+                    raise
+                raise BadInput(f"{PROG}: --preset {name!r} needs {preset.framework}, which is not "
+                               f"installed here: install it (pip install 'hookwrap[{preset.extra}]' "
+                               f"torch==2.13.0 for the version hookwrap is tested with, or your own "
+                               f"version of {preset.framework}).") from None
             except HookError as exc:
                 raise BadInput(f"{PROG}: --preset {name!r}: {exc}") from None
 

@@ -665,3 +665,22 @@ def test_only_names_arguments_left_to_their_defaults(hw, tmp_path):
                            "train.py", cwd=tmp_path)
     assert result.returncode == 1 and "--only 'evaluate: data is val_data' failed on this call: NameError" \
         in result.stderr and "(data_source)" in result.stderr
+
+
+_PRESETS = importlib.import_module("hookwrap.integrations")._REGISTRY  # imports no framework
+
+
+@pytest.mark.parametrize("preset", [name for name, preset in _PRESETS.items()
+                                    if preset.from_cli and preset.framework != "torch"])
+def test_a_preset_whose_framework_is_not_installed_exits_2_saying_what_to_install(hw, tmp_path, capsys,
+                                                                                monkeypatch, preset):
+    # It ended in a ModuleNotFoundError traceback from inside the preset's weave().
+    framework, extra = _PRESETS[preset].framework, _PRESETS[preset].extra
+    for name in [n for n in sys.modules if n == framework or n.startswith(framework + ".")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, framework, None)  # as if it were not installed
+    assert _runner(hw).run(str(_stepping_script(tmp_path)), [], presets=[preset]) == 2
+    assert capsys.readouterr().err == (
+        f"hookwrap run: --preset {preset!r} needs {framework}, which is not installed here: install it "
+        f"(pip install 'hookwrap[{extra}]' torch==2.13.0 for the version hookwrap is tested with, or your "
+        f"own version of {framework}).\n")
