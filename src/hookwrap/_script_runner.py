@@ -231,8 +231,7 @@ class Runner:
                     raise
                 raise BadInput(f"{PROG}: --preset {name!r} needs {preset.framework}, which is not "
                                f"installed here: install it (pip install 'hookwrap[{preset.extra}]' "
-                               f"torch==2.13.0 for the version hookwrap is tested with, or your own "
-                               f"version of {preset.framework}).") from None
+                               f"torch==2.13.0, or your own version of {preset.framework}).") from None
             except HookError as exc:
                 raise BadInput(f"{PROG}: --preset {name!r}: {exc}") from None
 

@@ -682,5 +682,4 @@ def test_a_preset_whose_framework_is_not_installed_exits_2_saying_what_to_instal
     assert _runner(hw).run(str(_stepping_script(tmp_path)), [], presets=[preset]) == 2
     assert capsys.readouterr().err == (
         f"hookwrap run: --preset {preset!r} needs {framework}, which is not installed here: install it "
-        f"(pip install 'hookwrap[{extra}]' torch==2.13.0 for the version hookwrap is tested with, or your "
-        f"own version of {framework}).\n")
+        f"(pip install 'hookwrap[{extra}]' torch==2.13.0, or your own version of {framework}).\n")
