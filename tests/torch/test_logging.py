@@ -14,59 +14,13 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="hookwrap.torch needs torch (the torch extra)")
 
-
-def make_loop(hw: Any, losses: list[float], scores: list[float]) -> Any:
-    """Each step's loss and each evaluation's val_loss come from the lists."""
-
-    class Loop(hw.Hookable):
-        def __init__(self) -> None:
-            torch.manual_seed(0)
-            self.model = torch.nn.Linear(2, 1)
-            self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
-            self.losses, self.scores = iter(losses), iter(scores)
-
-        @hw.hookable
-        def fit(self, epochs: int) -> None:
-            try:
-                for index in range(epochs):
-                    self.epoch(index)
-                    self.evaluate()
-            except hw.StopTraining as stop:
-                self.stopped = str(stop)
-
-        @hw.hookable
-        def epoch(self, index: int) -> None:
-            for _ in range(2):
-                self.step(torch.ones(4, 2))
-
-        @hw.hookable
-        def step(self, batch: Any) -> Any:
-            out = self.model(batch).mean()
-            loss = self.loss(out - out.detach() + next(self.losses, 1.0))
-            self.backward(loss)
-            self.optimizer.step()
-            self.optimizer.zero_grad()
-            return loss.detach()
-
-        @hw.hookable
-        def loss(self, value: Any) -> Any:
-            return value
-
-        @hw.hookable
-        def backward(self, loss: Any) -> None:
-            loss.backward()
-
-        @hw.hookable
-        def evaluate(self) -> dict[str, float]:
-            return {"val_loss": next(self.scores, 1.0)}
-
-    return Loop()
+from tests.torch.test_callbacks import make_loop  # noqa: E402  (each step's loss, each evaluation's scores scripted)
 
 
 def test_a_logging_logger_gets_an_info_record_a_step_with_the_numbers(hw, ht, caplog):
     caplog.set_level(logging.INFO, logger="hwtest")
     losses = [0.5, 0.25, 0.125, 0.0625]
-    loop = make_loop(hw, losses, [])
+    loop = make_loop(hw, losses, [(1.0, 0.0)] * 2)
     metrics = ht.MetricsLogger(loggers=[logging.getLogger("hwtest.rows")])
     norms = ht.GradNorm(logger=logging.getLogger("hwtest.norms"))  # a callback's logger= too
     loop.add_callback(metrics)
@@ -85,13 +39,13 @@ def test_a_logging_logger_gets_an_info_record_a_step_with_the_numbers(hw, ht, ca
 
 def test_hookwrap_records_its_saves_restores_resumes_and_stops(hw, ht, tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="hookwrap")
-    loop = make_loop(hw, [], [1.0, 0.5, 0.75, 0.8, 0.9])
+    loop = make_loop(hw, [], [(v, 0.0) for v in (1.0, 0.5, 0.75, 0.8, 0.9)])
     checkpoint = ht.Checkpoint(tmp_path / "ckpt", monitor="val_loss")
     best = ht.BestCheckpoint(tmp_path / "best.pt", monitor="val_loss", restore_best=True)
     for callback in (checkpoint, best, ht.EarlyStopping("val_loss", patience=2)):
         loop.add_callback(callback)
     loop.fit(5)
-    assert loop.stopped.startswith("EarlyStopping")
+    assert loop.stop_reason.startswith("EarlyStopping")
     said = [(r.name, r.getMessage()) for r in caplog.records if r.name.startswith("hookwrap")]
     assert ("hookwrap.torch.early_stopping", "EarlyStopping: val_loss has not improved by more than 0.0 "
             "for 2 evaluations (best 0.5 at step 4, now 0.8). at step 8") in said
@@ -103,7 +57,7 @@ def test_hookwrap_records_its_saves_restores_resumes_and_stops(hw, ht, tmp_path,
     saved = torch.load(tmp_path / "ckpt" / "last.pt", weights_only=False)  # the run stopped at step 8
     assert (saved["step"], saved["epoch"]) == (8, 4)
     caplog.clear()
-    again = make_loop(hw, [], [])
+    again = make_loop(hw, [], [(1.0, 0.0)] * 5)
     again.add_callback(ht.Checkpoint(tmp_path / "ckpt", monitor="val_loss", resume_from="last"))
     again.add_callback(ht.BestCheckpoint(tmp_path / "best.pt", monitor="val_loss", restore_best=True))
     again.add_callback(ht.EarlyStopping("val_loss", patience=2))
