@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import copy
+import importlib
 import io
 import os
 import re
@@ -451,6 +452,7 @@ def test_process_group_is_none_without_one_and_the_decisions_ask_it(hw, ext, mon
     assert ext.process_group() is None
     monkeypatch.setenv("RANK", "2")
     assert ext.process_rank() == 2  # no group: torchrun's RANK
-    distributed = pytest.importorskip("hookwrap.torch.distributed", reason="needs torch")
+    pytest.importorskip("torch", reason="hookwrap.torch needs torch (the torch extra)")
+    distributed = importlib.import_module("hookwrap.torch.distributed")
     assert distributed.process_group is ext.process_group
     assert not distributed.is_distributed() and distributed.any_rank(True) and distributed.per_rank(5) == [5]
