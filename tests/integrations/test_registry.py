@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import logging
 import re
 import subprocess
 import sys
@@ -167,3 +168,15 @@ def test_the_reference_page_documents_every_preset_module() -> None:
     modules = re.findall(r"^::: hookwrap\.integrations\.(\w+)$", page, flags=re.M)
     assert sorted(set(modules) - {"arctic_training"}) == sorted(
         preset.weave.partition(":")[0].rpartition(".")[2] for preset in REGISTRY.values())
+
+
+@pytest.mark.third_party
+def test_a_preset_records_that_it_was_applied_and_removed(hw: Any, caplog: Any) -> None:
+    """hookwrap's own record (logging.getLogger("hookwrap"), INFO) says which preset
+    was applied, and when it was removed."""
+    pytest.importorskip("ignite", reason="needs the thirdparty extra (pytorch-ignite)")
+    caplog.set_level(logging.INFO, logger="hookwrap")
+    with importlib.import_module("hookwrap.integrations").load("ignite")() as handle:
+        assert handle.applied
+    said = [r.getMessage() for r in caplog.records if r.name == "hookwrap.integrations._weaving"]
+    assert said == ["preset ignite Engine applied", "preset ignite Engine removed"]

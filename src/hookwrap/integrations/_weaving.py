@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import sys
 import threading
 import weakref
@@ -40,6 +41,8 @@ from typing import Any, Callable
 from .. import load_callback_state
 from ..extend import DONE, NOT_STARTED, Removable, guard, is_join_point, listened, stateful_callbacks, weave_only
 from ..errors import HookError, StopTraining
+
+log = logging.getLogger(__name__)  # under "hookwrap": a preset applied, and removed, at INFO
 
 __all__ = ["ACCUMULATES", "PresetHandle", "Stage", "accumulates", "current_run", "log_event", "patch", "resume_callbacks",
            "resume_without_state", "routed", "running", "stage", "stop_while_running", "target_class"]
@@ -109,6 +112,8 @@ class PresetHandle(Removable):
         self._undo: list[Callable[[], None]] = []
 
     def remove(self) -> None:
+        if self._undo:
+            log.info("preset %s removed", self.description)
         while self._undo:
             self._undo.pop()()
 
@@ -135,6 +140,8 @@ class _Building:
     def __exit__(self, exc_type: Any, *rest: Any) -> None:
         if exc_type is not None:
             self.handle.remove()
+        else:
+            log.info("preset %s applied", self.handle.description)
 
 
 def _raw(cls: type, attr: str, where: str) -> Any:
