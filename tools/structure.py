@@ -16,7 +16,6 @@ counts once however often it is entered.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import sys
@@ -25,12 +24,7 @@ from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "core"))
-from test_import_graph import SRC, import_graph  # noqa: E402  (the layering test's own reading)
-
-
-def layer_of(module: str) -> str:
-    parts = module.split(".")
-    return parts[1] if len(parts) > 2 or (len(parts) == 2 and (SRC / parts[1]).is_dir()) else "core"
+from test_import_graph import SRC, core_graph, longest_chains  # noqa: E402  (the layering test's own reading)
 
 
 def modules_and_lines() -> dict[str, dict[str, int]]:
@@ -46,16 +40,8 @@ def modules_and_lines() -> dict[str, dict[str, int]]:
 
 def floors() -> tuple[int, list[str]]:
     """The longest chain of import-time imports among the core's modules."""
-    graph = {m: {d for d in deps if layer_of(d) == "core" and d != "hookwrap"}
-             for m, deps in import_graph().items() if layer_of(m) == "core" and m != "hookwrap"}
-
-    @functools.cache
-    def chain(module: str) -> tuple[str, ...]:
-        below = [chain(d) for d in graph.get(module, ())]
-        return (module,) + max(below, key=len, default=())
-
-    longest = max((chain(m) for m in graph), key=len)
-    return len(longest), list(longest)
+    longest = max(longest_chains(core_graph()).values(), key=len)
+    return len(longest), longest
 
 
 def modules_entered(action: Callable[[], Any]) -> list[str]:

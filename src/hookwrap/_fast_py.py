@@ -59,9 +59,9 @@ from ._policy import (
 )
 from ._rules import (
     absorb,
-    call_around,
+    call_around as call_around,  # twin names (_dispatch.TWIN_NAMES) this twin takes as written
     emit_return_error as _emit_return_error,
-    emitter,
+    emitter as emitter,
     finish_emit,
     finish_phase,
     missing_argument as _missing_argument,
@@ -71,14 +71,6 @@ from ._rules import (
 )
 from .errors import StopTraining
 from .errors import note_callback as _note_callback
-
-# The twins' names (_dispatch.TWIN_NAMES), then the generators of this twin's code.
-__all__ = [
-    "ArgRef", "Chain", "EmitEvent", "HookState", "JoinPoint", "Step",
-    "as_attribute", "call_around", "emitter", "show_python_twins",
-    "NOT_PASSED", "dispatcher", "emit_runner", "generated_runner", "slot_count",
-]
-
 
 # --- The pure twin ---------------------------------------------------------------
 

@@ -66,7 +66,7 @@ __all__ = [
 ]
 
 
-log = logging.getLogger("hookwrap")  # hookwrap's own record: resumes, at INFO; quiet unless asked
+log = logging.getLogger(__name__)  # under "hookwrap": callback states loaded, at INFO
 
 # --- Deferred work, settled at boundaries ----------------------------------------
 
