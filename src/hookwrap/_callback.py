@@ -1,32 +1,546 @@
-"""Class-based callbacks (Lightning / pytorch-accelerated / Cerebras style).
+"""Callback objects and their life: ``Callback`` classes attached to a target or
+to the global tier, deferred work settled at boundaries that always come
+(``Defers``), and their state saved and resumed with the object's
+(``callback_state`` / ``load_callback_state``).
 
-A ``Callback`` subclass defines methods named after events, ``-`` written as
+Class-based callbacks (Lightning / pytorch-accelerated / Cerebras style): a
+``Callback`` subclass defines methods named after events, ``-`` written as
 ``_``: ``pre_loss(self, trainer, batch)``, ``post_step(self, trainer,
 return_value)``, ``around_step(self, trainer, proceed, *args, **kwargs)``,
 ``error_step(self, trainer, exception)``, ``on_validation_end(self, trainer,
 metrics)``. Each follows the rules of function callbacks. A method whose name
 looks like an event but matches none is refused with the closest names: none
 of the libraries hookwrap replaces catches such typos, they never fire.
+
+A callback that defers (device values queued for a batched read, rows not yet
+written, NaN checks not yet decided) is an optimisation, and must never turn
+into a loss. ``Defers`` gives such a callback one lifecycle: whatever it holds
+is settled
+
+* when the run's own join point (``fit``, where the target has it) ends: it
+  returned, ``StopTraining`` left it, or another exception did;
+* else when the hooked object's *outermost* join point call ends, in any of
+  those three ways (on a loop with no ``fit``, that may be every step: the
+  callback then decides at once rather than never);
+* at the end of a ``hookwrap run`` script (``boundary``), which also
+  lets calls inside it defer to the script's end;
+* when ``hookwrap.callback_state(obj)`` is taken (a checkpoint must not hide a
+  check still queued);
+* at interpreter exit, where anything still pending is settled and reported on
+  stderr, loudly.
+
+The boundaries are around advice and a post callback the registration adds
+to what the callback attaches (``describe()`` shows ``settle_at_run_end`` or
+``settle_at_end``): once a run on ``fit``; on a target with no ``fit``, on
+every call of every join point, a few microseconds a step (weave the loop's
+own method as ``fit`` to avoid it).
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import functools
-
+import logging
+import sys
 import threading
+import weakref
+from collections.abc import Iterator, Mapping
+from threading import get_ident
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
-from ._dispatch import join_point_of
-from ._lifecycle import Defers, is_boundary, settling
-from ._joinpoints import all_join_points, declared_custom_events, target_join_points
-from ._registration import Handle, register_entries, register_global
-from .errors import CallbackSignatureError, HookError, UnknownEventError, closest, safe_repr
-from ._entries import CUSTOM, PHASES, callback_object_event, normalize, parse_event
-from ._entries import Options, Registration, make_options
-from ._joinpoints import READER_PHASE_ATTR
+from ._describe import describe
+from ._entries import (
+    CUSTOM,
+    PHASES,
+    Options,
+    Registration,
+    callback_object_event,
+    make_options,
+    normalize,
+    parse_event,
+)
+from ._joinpoints import (
+    READER_PHASE_ATTR,
+    all_join_points,
+    declared_custom_events,
+    join_point_of,
+    per_join_point,
+    reader,
+    target_join_points,
+)
+from ._registry import Handle, register_entries, register_global
+from .errors import (
+    CallbackSignatureError,
+    HookError,
+    StopTraining,
+    UnknownEventError,
+    closest,
+    safe_repr,
+)
 
-__all__ = ["Callback", "NotACallbackError", "add_callback", "callback_events", "register_global_callback"]
+__all__ = [
+    "Callback",
+    "CallbackState",
+    "Defers",
+    "Ending",
+    "NotACallbackError",
+    "SettlingHandle",
+    "add_callback",
+    "boundary",
+    "callback_events",
+    "callback_state",
+    "deferring_callbacks",
+    "is_boundary",
+    "load_callback_state",
+    "register_global_callback",
+    "settle_all",
+    "settle_attached",
+    "settling",
+    "stateful_callbacks",
+    "track_deferring",
+]
+
+
+# --- Deferred work, and a callback's state ---------------------------------------
+
+log = logging.getLogger(__name__)  # under "hookwrap": callback states loaded, at INFO
+
+# --- Deferred work, settled at boundaries ----------------------------------------
+
+class Ending(NamedTuple):
+    """How a boundary came: ``where`` it is, and what left the call there."""
+
+    where: str
+    """``"fit"`` (the run's own join point ended), ``"outermost"`` (the hooked
+    object's outermost call of another join point ended), ``"state"``
+    (``callback_state``), ``"removed"`` (the callback's handle was removed),
+    ``"script"`` (a ``hookwrap run`` script ended) or ``"exit"`` (the interpreter
+    is exiting)."""
+    exception: BaseException | None = None
+    """What left the call (``StopTraining`` included); None when it returned."""
+
+    @property
+    def stopped(self) -> bool:
+        """The run was ended by ``StopTraining``: a normal end."""
+        return isinstance(self.exception, StopTraining)
+
+    @property
+    def failed(self) -> bool:
+        """Another exception is leaving (``KeyboardInterrupt`` included): settle without
+        raising over it (add notes; for one whose notes are not printed, say so on
+        stderr)."""
+        return self.exception is not None and not self.stopped
+
+    @property
+    def run_ended(self) -> bool:
+        """Nothing more of this run is sure to come (loggers may finalize)."""
+        return self.where in ("fit", "script", "exit")
+
+
+# Every attached deferring callback, weakly: one nothing else holds is not kept for this.
+_DEFERRING: weakref.WeakSet[Any] = weakref.WeakSet()
+_lock = threading.Lock()
+_script_depth = 0  # `hookwrap run` scripts running: their end is a boundary that will come
+
+
+class Defers:
+    """Mixed into a ``hookwrap.Callback`` that defers work, before the callback's
+    own base (``class MyLogger(Defers, hw.Callback)``). Implement
+    ``settle(obj, ending)``; optionally ``pending()`` and ``run_event``.
+
+    ``settle(obj, ending)`` delivers what is held for hooked object ``obj``
+    (``None``: a function's, or everything, at a process-wide boundary). With
+    ``ending.failed`` it must not raise (note what it found on
+    ``ending.exception`` instead); otherwise it may raise, which ends the run
+    (a NaN found at the end of ``fit`` raises there)."""
+
+    run_event: Any = "fit"
+    """The join point of a whole run: where the target has it, its end is the
+    boundary; elsewhere the outermost call of each join point is."""
+    _settled_for = 0  # id() of the error a boundary settled on last
+
+    def settle(self, obj: Any, ending: Ending) -> None:
+        raise NotImplementedError(f"{type(self).__qualname__} defers, and must define settle(obj, ending)")
+
+    def __getstate__(self) -> dict[str, Any]:
+        got: Any = super().__getstate__()
+        state = dict(got if got is not None else self.__dict__)
+        for per_process in ("_depth", "_settled_for"):  # calls in flight here, not in the copy
+            state.pop(per_process, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._depth: dict[tuple[int, int], int] = {}
+        if self.defers():
+            track_deferring(self)  # a copy (torch.load, deepcopy) is settled at exit too
+
+    def defers(self) -> bool:
+        """Whether this callback holds anything back as set up (a monitor whose values
+        are only read on demand does not): no boundary advice where it does not."""
+        return True
+
+    def pending(self) -> str:
+        """What is held and not yet delivered, for the report at exit ("3 rows"); ''
+        when nothing that could be lost is."""
+        return ""
+
+    def in_boundary(self, obj: Any) -> bool:
+        """Is a boundary of this callback open on ``obj`` in this thread (its run, or
+        its outermost call, still running; or a ``hookwrap run`` script)? Where none
+        is, what arrives now has no end that will deliver it: deliver it at once."""
+        return bool(getattr(self, "_depth", {}).get((get_ident(), id(obj)))) or bool(_script_depth)
+
+    # --- the boundaries -------------------------------------------------------------
+
+    def with_boundaries(self, target: Any, pairs: list[tuple[str, Callable[..., Any]]]) \
+            -> list[tuple[str, Callable[..., Any]]]:
+        """``pairs`` (what ``event_methods`` returned) and the boundary advice; called
+        by the registration, whatever ``event_methods`` a subclass defines."""
+        if not self.defers():
+            return pairs
+        track_deferring(self)
+        return pairs + self.boundary_advice(target, pairs)
+
+    def boundary_advice(self, target: Any, pairs: list[tuple[str, Callable[..., Any]]]) \
+            -> list[tuple[str, Callable[..., Any]]]:
+        """``around-`` advice on the join points whose end is a boundary: the run's
+        own (``run_event``) where the target has it, else every join point of the
+        target (for the global tier: those the callback attaches to)."""
+        if not hasattr(self, "_depth"):
+            self._depth = {}
+        run = normalize(self.run_event) if self.run_event else None
+        if target is None:  # the global tier: the join points of its events, and the run's
+            every = all_join_points()
+            names = {normalize(name) for phase, name in (parse_event(e, "Defers") for e, _ in pairs)
+                     if phase != CUSTOM}
+            if run is not None and any(normalize(jp.event) == run for jp in every):
+                names.add(run)
+            found = {name: [jp for jp in every if normalize(jp.event) == name] for name in names}
+        else:
+            # Not `init`: an object being made holds nothing deferred yet.
+            found = {name: [jp] for name, jp in target_join_points(target).items() if name != "init"}
+            if run in found and found[run][0].run_wrapped is None:
+                found = {run: found[run]}  # a sync fit: its end alone (calls inside it are nested)
+        advice: list[tuple[str, Callable[..., Any]]] = []
+        for name, jps_named in sorted(found.items()):
+            event, at_run = jps_named[0].event, name == run
+            if any(jp.run_wrapped is not None for jp in jps_named):
+                # A coroutine's or generator's call returns before it runs: no around
+                # advice; a run's post and error callbacks run when it has (after the
+                # body, inside the coroutine), so they settle there.
+                if at_run:
+                    advice += [(f"post-{event}", _marked(reader(self._settle_after_run, "post-"))),
+                               (f"error-{event}", _marked(reader(self._settle_after_failed_run, "error-",
+                                                                 "exception")))]
+                continue
+            # Chosen per join point when planned (a method's advice gets the object, a
+            # function's does not): the global tier reaches both, and ones made later.
+            methods = (self.settle_at_run_end, self.settle_at_run_end_fn) if at_run else \
+                (self.settle_at_end, self.settle_at_end_fn)
+            around = _marked(per_join_point(self, methods[0].__name__, functools.partial(_by_object, *methods)))
+            after = _marked(reader(self._settle_after_run if at_run else self._settle_after, "post-"))
+            advice += [(f"around-{event}", around), (f"post-{event}", after)]
+            if at_run:  # once a run: a post callback of the run's own raising is seen too
+                advice.append((f"error-{event}", _marked(reader(self._settle_after_failed_run, "error-",
+                                                                "exception"))))
+        return advice
+
+    # The boundary is the end of the outermost call *with its post callbacks* (where
+    # values are queued): around advice counts the depth and settles when an
+    # exception leaves; a post callback, after the callback's own, settles a return.
+    # One around method per kind of boundary and of join point (a method's advice
+    # gets the object; a function's does not), so describe() names which.
+
+    def settle_at_run_end(self, obj: Any, proceed: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """The run's own join point: settle when it ends, however it ends."""
+        return self._boundary("fit", obj, proceed, args, kwargs)
+
+    def settle_at_run_end_fn(self, proceed: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return self._boundary("fit", None, proceed, args, kwargs)
+
+    def settle_at_end(self, obj: Any, proceed: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Any join point: settle when the object's outermost call ends."""
+        return self._boundary("outermost", obj, proceed, args, kwargs)
+
+    def settle_at_end_fn(self, proceed: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return self._boundary("outermost", None, proceed, args, kwargs)
+
+    def _boundary(self, where: str, obj: Any, proceed: Callable[..., Any], args: tuple[Any, ...],
+                  kwargs: dict[str, Any]) -> Any:
+        depth = self._depth
+        key = (get_ident(), id(obj))  # per thread: another thread's call is not nested in this one
+        outer = depth.get(key, 0)
+        depth[key] = outer + 1
+        try:
+            return proceed(*args, **kwargs)
+        except BaseException as exc:
+            if not outer:
+                del depth[key]
+                self._settled_for = id(exc)  # the run's error callback then sees it settled (an id:
+                # the exception would keep its frames alive)
+                # sys.exit(0) inside the run ends it normally (a NaN found then ends it instead);
+                # KeyboardInterrupt and other exits leave as failures, what was held written.
+                normal = isinstance(exc, SystemExit) and exc.code in (None, 0)
+                self.settle(obj, Ending(where, None if normal else exc))
+            raise
+        finally:
+            if outer:
+                depth[key] = outer
+            else:
+                depth.pop(key, None)
+
+    def _settle_after_run(self, obj: Any) -> None:
+        if not self._depth.get((get_ident(), id(obj))):
+            self.settle(obj, Ending("fit"))
+
+    def _settle_after_failed_run(self, obj: Any, exception: BaseException) -> None:
+        if not self._depth.get((get_ident(), id(obj))) and self._settled_for != id(exception):
+            self.settle(obj, Ending("fit", exception))
+
+    def _settle_after(self, obj: Any) -> None:
+        if not self._depth.get((get_ident(), id(obj))) and not _script_depth:  # inside a script, its end will come
+            self.settle(obj, Ending("outermost"))
+
+
+_BOUNDARY_ATTR = "__hookwrap_boundary__"  # on each boundary callable boundary_advice makes
+
+
+def _marked(fn: Any) -> Any:
+    vars(fn)[_BOUNDARY_ATTR] = True
+    return fn
+
+
+def _by_object(with_object: Any, without_object: Any, spec: Any) -> Any:
+    return with_object if spec.has_obj else without_object
+
+
+def is_boundary(fn: Any) -> bool:
+    """Is ``fn`` (a registered callable) one of a Defers' boundaries?"""
+    return bool(getattr(fn, "__dict__", {}).get(_BOUNDARY_ATTR))
+
+
+class SettlingHandle(Handle):
+    """A deferring callback's handle: ``remove()`` settles what it holds first (the
+    rows it was given are written, a NaN it queued is reported), as a callback
+    removed mid-run would otherwise take them with it."""
+
+    __slots__ = ("_settle",)
+
+    def __init__(self, handle: Handle, settle: Callable[[], None]) -> None:
+        super().__init__(handle._places)
+        self._settle: Callable[[], None] | None = settle
+
+    def remove(self) -> None:
+        settle, self._settle = self._settle, None
+        if settle is not None and self.active:
+            settle()
+        super().remove()
+
+
+def settling(handle: Handle, cb: Any, target: Any) -> Handle:
+    """``handle``, settling ``cb`` when removed where ``cb`` defers."""
+    if not isinstance(cb, Defers):
+        return handle
+    # an object's own callbacks settle for it; a class's, a function's, a module's for all
+    obj = None if isinstance(target, (type, ModuleType)) or join_point_of(target) is not None else target
+    return SettlingHandle(handle, functools.partial(cb.settle, obj, Ending("removed")))
+
+
+def track_deferring(cb: Defers) -> None:
+    """Settle ``cb`` at the process-wide boundaries (a script's end, exit) even before
+    it is attached: a logger other callbacks log into may never be."""
+    with _lock:
+        _DEFERRING.add(cb)
+
+
+def deferring_callbacks() -> list[Defers]:
+    """The deferring callbacks attached anywhere in this process (alive)."""
+    with _lock:
+        return list(_DEFERRING)
+
+
+def settle_attached(obj: Any, ending: Ending) -> None:
+    """Settle the deferring callbacks attached to ``obj`` (any tier)."""
+    for cb in describe(obj).callback_objects():
+        if isinstance(cb, Defers):
+            cb.settle(obj, ending)
+
+
+def settle_all(ending: Ending) -> list[tuple[Defers, BaseException]]:
+    """Settle every deferring callback of the process (a ``hookwrap run`` script
+    ended, the interpreter exits). Each is settled even when another raised; the
+    errors are returned, in order, for the caller to raise or report."""
+    errors: list[tuple[Defers, BaseException]] = []
+    for cb in deferring_callbacks():
+        try:
+            cb.settle(None, ending)
+        except Exception as exc:  # noqa: BLE001 - every callback gets its turn
+            errors.append((cb, exc))
+    return errors
+
+
+@contextlib.contextmanager
+def boundary() -> Iterator[None]:
+    """A block whose end is a boundary that will come: ``hookwrap run`` runs a
+    script in one, and a loop of plain functions may run in one too (``with
+    boundary(): for batch in data: step(batch)``). Outermost join point calls
+    inside it that return defer to its end (NanGuard still reads every
+    ``check_every`` checks), where every deferring callback is settled. An error a
+    callback raises there propagates (the first; the others as notes), unless the
+    block is already leaving by an exception, which then goes on."""
+    global _script_depth
+    with _lock:
+        _script_depth += 1
+    leaving: BaseException | None = None
+    try:
+        yield
+    except SystemExit as exc:
+        leaving = None if exc.code in (None, 0) else exc  # sys.exit(0): a normal end
+        raise
+    except BaseException as exc:
+        leaving = exc
+        raise
+    finally:
+        with _lock:
+            _script_depth -= 1
+        errors = settle_all(Ending("script", leaving))
+        if errors and leaving is None:
+            first = errors[0][1]
+            for cb, other in errors[1:]:
+                first.add_note(f"hookwrap: also, {type(cb).__name__}: {type(other).__name__}: {other}")
+            raise first
+        for cb, error in errors:
+            print(f"hookwrap: {type(cb).__name__} at the end of the script: {type(error).__name__}: {error}",
+                  file=sys.stderr)
+
+
+def _at_exit() -> None:
+    """Interpreter exit: settle what is still held, and say so on stderr."""
+    held = [(cb, cb.pending()) for cb in deferring_callbacks()]
+    held = [(cb, what) for cb, what in held if what]
+    errors = settle_all(Ending("exit"))
+    for cb, what in held:
+        print(f"hookwrap: at interpreter exit, {getattr(cb, 'state_key', type(cb).__name__)} still held "
+              f"{what}, delivered now: no boundary it settles at (the end of fit, or of the outermost "
+              f"join point call) ended before the interpreter did. See 'Nothing lost' in the shipped "
+              f"callbacks guide.", file=sys.stderr)
+    for cb, exc in errors:
+        print(f"hookwrap: at interpreter exit, {getattr(cb, 'state_key', type(cb).__name__)} found: "
+              f"{type(exc).__name__}: {exc}", file=sys.stderr)
+
+
+atexit.register(_at_exit)
+
+
+# --- Saving and resuming callbacks' state ----------------------------------------
+
+def stateful_callbacks(obj: Any, where: str = "stateful_callbacks") -> dict[str, Any]:
+    """``state_key -> callback`` for each callback object with ``state_dict()`` attached
+    to ``obj`` in any tier, in chain order. A key taken already gets ``#2``, ``#3``, ...
+    (two callbacks of one class and settings, in the order they were attached)."""
+    try:
+        owners = describe(obj).callback_objects()
+    except HookError as exc:  # told as this function's error: the object is what was passed
+        raise HookError(f"{where}({type(obj).__qualname__}): {exc}") from None
+    found = [cb for cb in owners if callable(getattr(cb, "state_dict", None))
+             and callable(getattr(cb, "load_state_dict", None))]
+    keyed: dict[str, Any] = {}
+    for cb in found:
+        base = getattr(cb, "state_key", type(cb).__qualname__)
+        key, n = base, 1
+        while key in keyed:
+            n += 1
+            key = f"{base}#{n}"
+        keyed[key] = cb
+    return keyed
+
+
+def callback_state(obj: Any) -> dict[str, Any]:
+    """The ``state_dict()`` of every stateful callback attached to ``obj``, by
+    ``state_key``. Save it beside the model's: ``torch.save({"model": ...,
+    "callbacks": hookwrap.callback_state(trainer)}, path)``.
+
+    What a deferring callback attached to ``obj`` still holds is settled first
+    (``hookwrap.extend.Defers``): a NaN check still queued raises here, as it
+    would have later in the run, rather than being lost with the process."""
+    settle_attached(obj, Ending("state"))
+    return {key: cb.state_dict() for key, cb in stateful_callbacks(obj, "callback_state").items()}
+
+
+def load_callback_state(obj: Any, state: dict[str, Any], strict: bool = True) -> None:
+    """Give each callback attached to ``obj`` its saved state. With ``strict`` (the
+    default), a saved state that no attached callback takes, or an attached stateful
+    callback with no saved state, is an error: attach the same callbacks, in the same
+    order, before loading."""
+    if not isinstance(state, dict):
+        raise HookError(f"load_callback_state: expected the dict callback_state() returned, "
+                        f"got {type(state).__name__}.")
+    attached = stateful_callbacks(obj, "load_callback_state")
+    unused = sorted(set(state) - set(attached))
+    missing = sorted(set(attached) - set(state))
+    if strict and (unused or missing):
+        raise HookError(
+            f"load_callback_state({type(obj).__qualname__}): "
+            + (f"saved state for {', '.join(map(repr, unused))}, which no attached callback takes"
+               if unused else "")
+            + ("; " if unused and missing else "")
+            + (f"no saved state for attached {', '.join(map(repr, missing))}" if missing else "")
+            + ". Attach the same callbacks as when the state was saved before loading, or pass "
+            "strict=False to load what matches."
+        )
+    for key in attached:
+        if key in state and not isinstance(state[key], Mapping):
+            raise HookError(
+                f"load_callback_state({type(obj).__qualname__}): the state saved for {key!r} is a "
+                f"{type(state[key]).__name__}, not the dict its state_dict() returns. Load the "
+                f"'callbacks' entry that hookwrap.callback_state() saved."
+            )
+    before = {key: cb.state_dict() for key, cb in attached.items() if key in state}
+    loaded: list[str] = []
+    for key, cb in attached.items():
+        if key not in state:
+            continue
+        try:
+            cb.load_state_dict(state[key])
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            for done in loaded + [key]:  # all or nothing: the callbacks as they were
+                attached[done].load_state_dict(before[done])
+            raise HookError(
+                f"load_callback_state({type(obj).__qualname__}): {key!r} could not load its saved "
+                f"state ({type(exc).__name__}: {exc}); nothing was loaded. Was it saved from a "
+                f"callback of the same kind and version?"
+            ) from exc
+        loaded.append(key)
+    if loaded:
+        log.info("load_callback_state(%s): loaded %s", type(obj).__qualname__, ", ".join(loaded))
+
+
+class CallbackState:
+    """The callbacks attached to ``obj`` as one object with ``state_dict()`` and
+    ``load_state_dict(state)``, for checkpoint systems that save such objects beside
+    the model: ignite's ``Checkpoint(to_save={..., "hookwrap": CallbackState(trainer)})``,
+    ``accelerator.register_for_checkpointing(CallbackState(accelerator))``, Fabric's
+    ``fabric.save(path, {..., "hookwrap": CallbackState(fabric)})``. Each call reads or
+    loads the callbacks attached at that moment (``callback_state``,
+    ``load_callback_state``, strict)."""
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+    def state_dict(self) -> dict[str, Any]:
+        return callback_state(self.obj)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        load_callback_state(self.obj, state)
+
+    def __repr__(self) -> str:
+        return f"hookwrap.CallbackState({type(self.obj).__qualname__})"
+
+
+# --- Callback objects ------------------------------------------------------------
 
 class NotACallbackError(HookError, TypeError):
     """``add_callback``/``register_global_callback`` given something that is not a
@@ -261,4 +775,3 @@ def register_global_callback(cb: Any, **options: Any) -> Handle:
         f"{where}: expected a hookwrap.Callback instance or an ('event', fn) pair, got "
         f"{safe_repr(cb)} ({type(cb).__name__}) as the callback."
     )
-

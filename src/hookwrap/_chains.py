@@ -29,16 +29,23 @@ import sys
 from typing import TYPE_CHECKING, Any, cast
 
 from ._asyncgen import run_chain_async, run_chain_async_generator, run_chain_generator
-from ._joinpoints import PHASE_CODES, check_event, fitting_step, planned_step
-from ._fast_py import emit_runner
 from ._dispatch import Chain, EmitEvent, emitter
 from ._entries import CUSTOM, normalize
-from ._tiers import can_hold_state, instance_state
-from ._joinpoints import all_join_points, fires, spec_of
+from ._fast_py import emit_runner
+from ._joinpoints import (
+    PHASE_CODES,
+    all_join_points,
+    callable_label,
+    callback_parameters,
+    check_event,
+    fires,
+    fitting_step,
+    planned_step,
+    spec_of,
+)
 from ._owners import class_record, function_record, lock
-from ._policy import AROUND, ERROR, FUNCTION, MAX_CALL_SHAPES, METHOD, POST, PRE, EmitStep
-from ._joinpoints import callable_label, callback_parameters
-from ._tiers import GLOBAL_TIER, check_class_tier, entries_for
+from ._registry import GLOBAL_TIER, can_hold_state, check_class_tier, entries_for, instance_state
+from ._rules import AROUND, ERROR, FUNCTION, MAX_CALL_SHAPES, METHOD, POST, PRE, EmitStep
 from ._traced import install, note_planned, traced_dispatch
 from .errors import HookError, safe_repr
 

@@ -6,14 +6,18 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from ._dispatch import join_point_of
-from ._joinpoints import declared_custom_events, find_join_point, join_points, spec_of
-from ._joinpoints import fitting_step
-from ._tiers import can_hold_state, instance_state
-from ._tiers import GLOBAL_TIER, Entry, entries_for
-from .errors import HookError, UnknownEventError
 from ._entries import CUSTOM, PHASES, normalize
-from ._joinpoints import callable_label
+from ._joinpoints import (
+    callable_label,
+    declared_custom_events,
+    find_join_point,
+    fitting_step,
+    join_point_of,
+    join_points,
+    spec_of,
+)
+from ._registry import GLOBAL_TIER, Entry, can_hold_state, entries_for, instance_state
+from .errors import HookError, UnknownEventError
 
 __all__ = ["Description", "describe"]
 

@@ -392,7 +392,7 @@ class OrderGraph:
     only a cycle through the new entry is looked for, and only when something
     runs both before and after it.
 
-    Registration keeps one per owner and event (``_registration``), so that a
+    Registration keeps one per owner and event (``_registry``), so that a
     registration is checked in time proportional to what it names, not to how
     many callbacks the event has; ``order_entries`` builds one for its edges.
     """

@@ -1,8 +1,8 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """Per-call dispatch, compiled: the kernel. Same names (``_dispatch.TWIN_NAMES``) and
-behaviour as ``_fast_py.py``; what a plan is made of comes from ``_policy``, and
-the rules of a call (the return contract, around advice, the emit loop) are
-``_rules``', which the code here mirrors in C where it says so.
+behaviour as ``_fast_py.py``; what a plan is made of, and the rules of a call
+(the return contract, around advice, the emit loop), are ``_rules``', which the
+code here mirrors in C where it says so.
 
 What makes it fast:
 
@@ -31,9 +31,9 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from inspect import iscoroutinefunction as _iscoroutinefunction
 from types import MethodType
 
-from ._policy import MAX_CALL_SHAPES  # the bound on plans per chain or event (see there)
-from ._policy import MISSING, RECORD_ATTR, STATE_KEY
-from ._policy import step_slots as _step_slots
+from ._rules import MAX_CALL_SHAPES  # the bound on plans per chain or event (see there)
+from ._rules import MISSING, RECORD_ATTR, STATE_KEY
+from ._rules import step_slots as _step_slots
 # The rules this module mirrors in C, and calls on its error paths (never the pure twin).
 from ._rules import emitter as _pure_emitter
 from ._rules import finish_emit as _finish_emit
@@ -129,8 +129,8 @@ cdef enum:
 
 
 def pinned_constants():
-    """The numbers this module compiled in, by their ``_policy`` names: a test
-    pins them to ``_policy`` (the one place they are written for Python)."""
+    """The numbers this module compiled in, by their ``_rules`` names: a test
+    pins them to ``_rules`` (the one place they are written for Python)."""
     return {
         "FUNCTION": C_FUNCTION, "METHOD": C_METHOD, "CLASSMETHOD": C_CLASSMETHOD,
         "POS_ONLY": C_POS_ONLY, "POS_OR_KW": C_POS_OR_KW, "KW_ONLY": C_KW_ONLY,
@@ -148,7 +148,7 @@ cdef str _STATE_KEY = STATE_KEY
 cdef str _RECORD_ATTR = RECORD_ATTR
 
 # Chains come from the planner handed to each JoinPoint when it is built (its
-# methods: see _policy).
+# methods: see _rules).
 
 
 @cython.final
@@ -452,7 +452,7 @@ cdef class Chain:
 # Anything else (var-args, error advice, a pre callback replacing an argument
 # the caller did not pass) takes the general path.
 
-cdef enum:  # _policy.step_slots's marks
+cdef enum:  # _rules.step_slots's marks
     SLOT_DEFAULT = -1
     SLOT_RESULT = -2
 
@@ -827,7 +827,7 @@ cdef class JoinPoint(_BindsLikeAFunction):
     cdef public object attr_name
     cdef public bint is_async
     cdef public object run_wrapped  # see the planner's wrapped_runner
-    cdef public object guard  # _policy.Guard: what runs around its callbacks, when they run
+    cdef public object guard  # _rules.Guard: what runs around its callbacks, when they run
     cdef public object planner
     cdef public object spec  # its parameters, read once (signature.JoinPointSpec)
     cdef public object record  # registrations on this function itself (_owners.Record)

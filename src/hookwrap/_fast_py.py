@@ -2,9 +2,9 @@
 the code it generates.
 
 Both twins define the ten names of ``_dispatch.TWIN_NAMES`` with the same
-behaviour; ``_dispatch`` picks one. What a plan is made of is ``_policy``'s; the
-rules of a call (the return contract, around advice, the emit loop) are
-``_rules``', which this twin runs as they are (``Step.absorb``, ``call_around``,
+behaviour; ``_dispatch`` picks one. What a plan is made of, and the rules of a
+call (the return contract, around advice, the emit loop), are ``_rules``', which
+this twin runs as they are (``Step.absorb``, ``call_around``,
 ``emitter`` are ``_rules``' own). It only follows plans built at registration
 (``_joinpoints.py``, ``_chains.py``): no ``inspect``, no sorting, no string
 formatting unless an error is being raised. Keep it in step with
@@ -34,7 +34,7 @@ from keyword import iskeyword as _iskeyword
 from types import FunctionType, MethodType
 from typing import Any, Callable, cast
 
-from ._policy import (
+from ._rules import (
     CLASSMETHOD,
     DONE,
     FUNCTION,
@@ -55,9 +55,6 @@ from ._policy import (
     STATE_KEY,
     VAR_POS,
     EmitStep,
-    step_slots,
-)
-from ._rules import (
     absorb,
     call_around as call_around,  # twin names (_dispatch.TWIN_NAMES) this twin takes as written
     emit_return_error as _emit_return_error,
@@ -68,6 +65,7 @@ from ._rules import (
     proceed_twice as _proceed_twice,
     return_error as _return_error,
     run_steps,
+    step_slots,
 )
 from .errors import StopTraining
 from .errors import note_callback as _note_callback
@@ -219,7 +217,7 @@ class Chain:
 
 
 class HookState:
-    """Per-instance hook state: the instance's own attribute ``STATE_KEY`` (see _instances)."""
+    """Per-instance hook state: the instance's own attribute ``STATE_KEY`` (see _registry)."""
 
     __slots__ = ("chains", "emit_cache")
 
@@ -266,14 +264,14 @@ class JoinPoint:
         self.attr_name: str | None = None
         self.is_async = inspect.iscoroutinefunction(func)
         self.run_wrapped = planner.wrapped_runner(func)  # a coroutine or generator's, else None
-        self.guard: Any = None  # _policy.Guard: what runs around its callbacks, when they run
+        self.guard: Any = None  # _rules.Guard: what runs around its callbacks, when they run
         self.planner = planner
         self.spec: Any = None  # its parameters, read once (signature.JoinPointSpec)
         self.record: Any = None  # registrations on this function itself (_owners.Record)
         self._chain = _NO_CHAIN  # the chain of the last class it ran for
         self._dispatch, self._codes = _make_dispatch(self)
         self._dispatch.__dict__ = self.__dict__
-        self.__dict__[JOIN_POINT_ATTR] = self  # how _dispatch.join_point_of finds it
+        self.__dict__[JOIN_POINT_ATTR] = self  # how _joinpoints.join_point_of finds it
 
     def forget_last_chain(self) -> None:
         """Drop the one-entry cache (it holds its class strongly; see _chains)."""
@@ -424,10 +422,18 @@ def _chain_of(jp: JoinPoint, obj: Any, tp: Any) -> Chain:
             jp._chain = chain
     if chain.passthrough or not chain.check_state:
         return chain
-    # The instance's own attribute, as the compiled twin reads it. Its class
-    # holds STATE_KEY = None (see _owners.class_record), so a miss never
-    # reaches a __getattr__ (nn.Module's, or one delegating elsewhere).
-    state = (getattr(obj, STATE_KEY, None) if not chain.own_getattribute
+    return _own_chain(jp, obj, chain, chain.own_getattribute)
+
+
+def _own_chain(jp: JoinPoint, obj: Any, chain: Chain, own_getattribute: bool) -> Chain:
+    """The chain a call on ``obj`` runs where its class's ``chain`` may meet the
+    instance's own callbacks: its record's (built on a miss), else ``chain``
+    (``_dispatch`` has it inline; ``_traced`` calls it as Dynamo reads it).
+
+    The instance's own attribute is read as the compiled twin reads it. Its class
+    holds STATE_KEY = None (see _owners.class_record), so a miss never reaches a
+    __getattr__ (nn.Module's, or one delegating elsewhere)."""
+    state = (getattr(obj, STATE_KEY, None) if not own_getattribute
              else _OBJECT_GETATTRIBUTE(obj, STATE_KEY))
     if state is None:
         return chain
@@ -439,7 +445,7 @@ def _chain_of(jp: JoinPoint, obj: Any, tp: Any) -> Chain:
 
 def _run_guarded(guard: Any, chain: Chain, func: Callable[..., Any], obj: Any, args: tuple[Any, ...],
                  kwargs: dict[str, Any], traced: bool = False) -> Any:
-    """The chain of a guarded join point (``_policy.Guard``) around a recorder of
+    """The chain of a guarded join point (``_rules.Guard``) around a recorder of
     its function: a StopTraining goes to ``guard.stopped`` with how far the function
     got (NOT_STARTED, STARTED, DONE), what it returned and the call's own arguments;
     ``guard.changed`` hears of a result the callbacks replaced. ``admit``: whether

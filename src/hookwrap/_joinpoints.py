@@ -33,14 +33,15 @@ import weakref
 from types import CodeType, FunctionType, MethodType, ModuleType
 from typing import Any, Callable, Iterable, Iterator
 
-from ._dispatch import ArgRef, JoinPoint, Step, join_point_of
+from ._dispatch import ArgRef, JoinPoint, Step
 from ._entries import CUSTOM, PHASES, Registration, normalize, parse_event
 from ._owners import class_record, function_record, is_builtin_type, lock, with_subclasses
-from ._policy import (
+from ._rules import (
     AROUND,
     ERROR,
     EXCEPTION,
     FUNCTION,
+    JOIN_POINT_ATTR,
     KW_ONLY,
     MAX_CALLBACK_ARGS,
     METHOD,
@@ -73,6 +74,7 @@ __all__ = [
     "fitting_step",
     "for_join_point",
     "has_join_points",
+    "join_point_of",
     "join_points",
     "known_events",
     "name_join_point",
@@ -486,6 +488,44 @@ def reader(handler: Callable[..., Any], event: str, name: str | None = None,
 
 
 # --- Finding join points ---------------------------------------------------------
+
+def join_point_of(value: Any, through_wrappers: bool = False) -> Any:
+    """The JoinPoint a stored attribute is, or carries; None for anything else:
+    the one way to recognise a join point.
+
+    A join point is stored bare (compiled), as its dispatch function (pure twin),
+    inside a classmethod/staticmethod, or inside a ``HookableWrapper``. The last
+    two carry it as ``__hookwrap_join_point__``, read only from types that define
+    it, so no arbitrary object's ``__getattr__`` runs. A function carries the mark
+    only when it shares the join point's ``__dict__`` (its dispatch function does):
+    ``functools.wraps`` copies the mark into a wrapper, which is not the join point.
+
+    ``through_wrappers``: also a function wrapping one (``functools.wraps`` layers,
+    followed by ``__wrapped__``). Libraries re-patch their own methods so
+    (torch.optim's profile_hook_step on every optimizer class); a call of the
+    wrapper reaches the join point, which fires once. Only the questions "does
+    this attribute still reach that join point" ask this way.
+    """
+    for _ in range(_WRAPPER_DEPTH if through_wrappers else 1):
+        if isinstance(value, (classmethod, staticmethod)):
+            value = value.__func__
+        if type(value) is JoinPoint:
+            return value
+        if type(value) is not FunctionType:
+            break
+        found = value.__dict__.get(JOIN_POINT_ATTR)
+        if found is not None and found.__dict__ is value.__dict__:
+            return found
+        value = value.__dict__.get("__wrapped__")
+    else:
+        return None
+    if hasattr(type(value), JOIN_POINT_ATTR):
+        return getattr(value, JOIN_POINT_ATTR)
+    return None
+
+
+_WRAPPER_DEPTH = 8  # functools.wraps layers followed to a join point
+
 
 # Every join point, weakly: a global callback is checked against those of its event.
 _all_join_points: weakref.WeakSet[Any] = weakref.WeakSet()

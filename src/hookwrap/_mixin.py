@@ -11,17 +11,13 @@ from types import FunctionType
 from typing import TYPE_CHECKING, Any, Callable
 
 from ._callback import Callback, add_callback
-from ._joinpoints import check_pair
-from ._dispatch import join_point_of
 from ._chains import emit
 from ._entries import CUSTOM
 from ._hookable import hookable, make_join_point
-from ._tiers import instance_state
-from ._joinpoints import join_points, name_join_point
+from ._joinpoints import check_pair, join_point_of, join_points, name_join_point
 from ._owners import ClassCallbacksAttribute, callback_methods, class_record, lock
-from ._policy import STATE_KEY
-from ._registration import Handle, register
-from ._tiers import check_class_tier
+from ._registry import FixedList, Handle, check_class_tier, instance_state, register
+from ._rules import STATE_KEY
 from .errors import HookError
 
 __all__ = ["CallbackMixin", "Hookable"]
@@ -135,19 +131,13 @@ def _keep_overrides_hookable(cls: type) -> None:
 
 # --- Hookable --------------------------------------------------------------------
 
-class DeclaredCallbacks(list):  # type: ignore[type-arg]
+class DeclaredCallbacks(FixedList):
     """``SomeClass.callbacks``: the class's declared list, read-only after creation."""
 
-    def _refuse(self, *args: Any, **kwargs: Any) -> None:
-        raise HookError(
-            "a class's declared `callbacks` list is fixed when the class is created. "
-            "Register for all its instances with hookwrap.before(Cls, 'step', fn) (or after, "
-            "around, on_error), on one object with obj.callbacks.append(...) or "
-            "obj.before(...), or declare the entry in the class body."
-        )
-
-    append = extend = insert = remove = pop = clear = sort = reverse = _refuse
-    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse  # type: ignore[assignment]
+    refusal = ("a class's declared `callbacks` list is fixed when the class is created. "
+               "Register for all its instances with hookwrap.before(Cls, 'step', fn) (or after, "
+               "around, on_error), on one object with obj.callbacks.append(...) or "
+               "obj.before(...), or declare the entry in the class body.")
 
 
 class _Callbacks(ClassCallbacksAttribute):

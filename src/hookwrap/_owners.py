@@ -8,7 +8,7 @@ that would keep that thing alive.
   ``WeakKeyDictionary`` would not be (a value that refers to its key, such as a
   callback method using ``super()``, keeps the key alive);
 * a plain function join point: a ``Record`` in ``jp.record``;
-* an instance: ``InstanceRecord`` in its own attribute ``__hookwrap__`` (``_tiers``);
+* an instance: ``InstanceRecord`` in its own attribute ``__hookwrap__`` (``_registry``);
 * the global tier: ``GLOBAL``.
 
 Every owner stores and removes its registrations itself (``add``, ``remove``) and
@@ -26,9 +26,9 @@ import threading
 import weakref
 from typing import Any, Iterator
 
-from ._policy import RECORD_ATTR, STATE_KEY
-from .errors import HookError
 from ._entries import callback_method_event, normalize
+from ._rules import RECORD_ATTR, STATE_KEY
+from .errors import HookError
 
 __all__ = [
     "GLOBAL",
@@ -59,7 +59,7 @@ lock = threading.RLock()
 class Record:
     """The registrations of one owner, and the chains built from them. Every owner
     of registrations (this, ClassRecord, the GLOBAL one, an instance's
-    _tiers.InstanceRecord) has ``registrations``, ``add(entries)``,
+    _registry.InstanceRecord) has ``registrations``, ``add(entries)``,
     ``remove(entry)`` and ``changed(event)``: the one place that invalidates what
     a change of them touches. Callers hold ``lock`` and have checked the entries."""
 
@@ -69,7 +69,7 @@ class Record:
         self.registrations: list[Any] = []  # options.Registration, in order
         self.chains: dict[Any, Any] = {}  # join point -> Chain
         # (phase, event) -> options.OrderGraph of those registrations' before=/after=,
-        # kept by registration (_registration) while they are only added to.
+        # kept by registration (_registry) while they are only added to.
         self.order_cache: dict[Any, Any] = {}
 
     def add(self, entries: list[Any]) -> None:

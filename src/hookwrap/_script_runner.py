@@ -55,8 +55,7 @@ from dataclasses import dataclass, field
 from types import CodeType, ModuleType, TracebackType
 from typing import Any, Sequence
 
-from ._callback import Callback
-from ._lifecycle import boundary
+from ._callback import Callback, boundary
 from .errors import HookError, StopTraining, UnknownEventError, closest
 
 __all__ = ["BadInput", "Runner", "WeaveTarget", "parse_weave", "run"]
@@ -246,7 +245,7 @@ class Runner:
         self._weave(target, module)
 
     def _weave(self, target: WeaveTarget, module: ModuleType) -> None:
-        from ._weave import weave
+        from ._hookable import weave
 
         container: Any = module
         where = target.module

@@ -33,7 +33,7 @@ from typing import Any
 
 from . import _fast_py as pure
 from ._dispatch import USING_EXTENSION, show_python_twins
-from ._policy import CLASSMETHOD, FUNCTION, JOIN_POINT_ATTR, RECORD_ATTR, STATE_KEY
+from ._rules import CLASSMETHOD, FUNCTION, JOIN_POINT_ATTR, RECORD_ATTR
 
 __all__ = [
     "drop_compiled_code", "dynamo_call", "dynamo_get", "install", "note_planned", "pure_chain",
@@ -145,14 +145,9 @@ def traced_dispatch(jp: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
         # Read as the pure twin reads it, as an attribute (its class holds None):
         # Dynamo guards an attribute, where a read of `obj.__dict__` left compiled
         # code of one instance running for another that gained callbacks.
-        state = (getattr(obj, STATE_KEY, None) if record is None or not record.own_getattribute
-                 else object.__getattribute__(obj, STATE_KEY))
-        if state is not None:
-            cached = state.chains.get(jp)
-            if cached is not None and cached.valid and cached.base is chain:
-                chain = cached
-            else:
-                chain = state.chain_for(jp, chain)
+        own = pure._own_chain(jp, obj, chain, record is not None and record.own_getattribute)
+        if own is not chain:
+            chain = own
             pure_steps = chain.traced
     if chain.empty:
         return jp.func(*args, **kwargs)

@@ -30,8 +30,8 @@ from typing import Any, Callable, NamedTuple, TextIO
 
 from . import USING_EXTENSION
 from ._bench.paired import Estimate, block_minima, interleaved, paired
+from ._callback import boundary
 from ._describe import describe
-from ._lifecycle import boundary
 
 NEEDS = ("hookwrap demo needs PyTorch and tqdm: "
          "python -m pip install \"hookwrap[torch]\" torch==2.13.0")

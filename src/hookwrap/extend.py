@@ -45,6 +45,9 @@ shipped ones do:
   attribute is already hookable (woven or decorated), and ``weave_only`` weaves a
   class's method without the overrides of its subclasses, for a preset that
   handles those its own way.
+* **Refuse what would be ignored**: a ``FixedList`` subclass with a ``refusal``
+  message is a list every change of which raises ``HookError`` with it (a
+  class's declared ``callbacks``, read once when the class is created).
 
 Example: a loss logger, attachable to a class of loop, one of its objects, a
 hookable function or the global tier, checked when attached, saved on resume:
@@ -211,19 +214,27 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable
 
-from ._dispatch import join_point_of
-from ._entries import PHASES, normalize
-from ._policy import METHOD
-from ._policy import DONE, NOT_STARTED, STARTED, Guard
-from ._joinpoints import all_join_points, find_join_point, spec_of, target_join_points
-from ._lifecycle import Defers, Ending, boundary, settle_all, track_deferring
-from ._entries import process_group as _process_group
-from ._entries import process_rank as _process_rank
-from ._joinpoints import per_join_point as _per_join_point
-from ._joinpoints import reader as _reader
-from ._registration import Removable
-from ._lifecycle import stateful_callbacks as _stateful_callbacks
-from ._weave import weave_only
+from ._callback import (
+    Defers,
+    Ending,
+    boundary,
+    settle_all,
+    stateful_callbacks as _stateful_callbacks,
+    track_deferring,
+)
+from ._entries import PHASES, normalize, process_group as _process_group, process_rank as _process_rank
+from ._hookable import weave_only
+from ._joinpoints import (
+    all_join_points,
+    find_join_point,
+    join_point_of,
+    per_join_point as _per_join_point,
+    reader as _reader,
+    spec_of,
+    target_join_points,
+)
+from ._registry import FixedList, Removable
+from ._rules import DONE, METHOD, NOT_STARTED, STARTED, Guard
 from .errors import HookError, UnknownEventError, closest, safe_repr
 
 __all__ = [
@@ -232,6 +243,7 @@ __all__ = [
     "STARTED",
     "Defers",
     "Ending",
+    "FixedList",
     "JoinPointInfo",
     "Removable",
     "has_join_point",

@@ -455,7 +455,7 @@ def test_hookable(hw_module: Any, value: Any, event: Any) -> None:
     check(hw, decorate, ("hookable", "event", "function", "join point"))
 
 
-# Found here, fixed in _weave.py and the pure twin's emitter: kept as their regression tests.
+# Found here, fixed in _hookable.py and the pure twin's emitter: kept as their regression tests.
 
 
 @pytest.mark.parametrize("where", ["target", "name", "event"])

@@ -195,7 +195,7 @@ def _demo_trainer(tmp_path):
 
 
 def test_the_hand_written_step_calls_what_hookwrap_calls(hw, tmp_path):
-    from hookwrap._lifecycle import boundary
+    from hookwrap._callback import boundary
 
     demo, trainer, callbacks, seen = _demo_trainer(tmp_path)
     timer = callbacks[3]
@@ -222,7 +222,7 @@ def test_the_hand_written_step_trains_as_the_hooked_one(hw, tmp_path):
 
     torch = pytest.importorskip("torch")
 
-    from hookwrap._lifecycle import boundary
+    from hookwrap._callback import boundary
 
     demo, trainer, _, _ = _demo_trainer(tmp_path)
     batch = next(iter(trainer.train_loader))

@@ -63,14 +63,14 @@ def test_the_check_catches_private_imports_relative_and_absolute():
               "from ._attach import reader\n"
               "from .._joinpoints import reader\n"
               "def f():\n"
-              "    import hookwrap._lifecycle\n"
-              "from hookwrap._dispatch import join_point_of\n"
+              "    import hookwrap._callback\n"
+              "from hookwrap._joinpoints import join_point_of\n"
               "from .. import _fast\n"
               "from hookwrap.integrations import _weaving\n")
     assert private_imports(source, "torch", "x.py") == [
         "x.py:5: from .._joinpoints import reader",
-        "x.py:7: import hookwrap._lifecycle",
-        "x.py:8: from hookwrap._dispatch import join_point_of",
+        "x.py:7: import hookwrap._callback",
+        "x.py:8: from hookwrap._joinpoints import join_point_of",
         "x.py:9: from .. import _fast",
         "x.py:10: from hookwrap.integrations import _weaving",
     ]

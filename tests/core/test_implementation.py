@@ -43,8 +43,8 @@ def test_fixture_gives_the_implementation_its_id_names(hw, request):
 
 
 def test_both_twins_define_the_contract_and_nothing_else_in_common():
-    """The twins share ten names (_dispatch.TWIN_NAMES); all other policy is _policy's
-    and _rules', written once, so neither twin may grow a public name the other
+    """The twins share ten names (_dispatch.TWIN_NAMES); all else they share is _rules',
+    written once, so neither twin may grow a public name the other
     lacks. The pure twin takes two of the ten from _rules as they are: the rules
     of around advice and of emit, which the compiled twin mirrors."""
     fast = pytest.importorskip("hookwrap._fast")
@@ -66,12 +66,12 @@ def test_both_twins_define_the_contract_and_nothing_else_in_common():
         assert getattr(_dispatch, name) is getattr(fast if _dispatch.USING_EXTENSION else pure, name)
 
 
-def test_compiled_constants_are_the_policy_ones():
+def test_compiled_constants_are_the_plans_ones():
     fast = pytest.importorskip("hookwrap._fast")
-    from hookwrap import _policy
+    from hookwrap import _rules
 
     pinned = fast.pinned_constants()
-    assert pinned == {name: getattr(_policy, name) for name in pinned}
+    assert pinned == {name: getattr(_rules, name) for name in pinned}
     assert len(pinned) == 20  # every kind, phase, binding and slot mark, the argument bound, how far a guarded call got
 
 

@@ -104,26 +104,26 @@ def test_the_check_finds_a_cycle_and_reads_relative_imports():
 
 def test_the_package_has_no_import_cycle():
     graph = import_graph()
-    assert "hookwrap._tiers" in graph and "hookwrap._owners" in graph["hookwrap._tiers"]
+    assert "hookwrap._registry" in graph and "hookwrap._owners" in graph["hookwrap._registry"]
     assert cycles(graph) == []
 
 
 def test_registration_layers_import_downward_only():
-    """A registration's path (_registration -> _instances -> _joinpoints -> _owners):
+    """A registration's path (_registry -> _joinpoints -> _owners -> _entries):
     each of these imports only the ones below it, so it can call down and never back."""
     graph = import_graph()
-    layers = ["hookwrap._registration", "hookwrap._tiers", "hookwrap._joinpoints", "hookwrap._owners"]
+    layers = ["hookwrap._registry", "hookwrap._joinpoints", "hookwrap._owners", "hookwrap._entries"]
     for i, module in enumerate(layers):
         above = set(layers[:i])
         assert not graph[module] & above, f"{module} imports {sorted(graph[module] & above)}, above it"
 
 
 def test_the_compiled_twin_imports_nothing_of_the_pure_one():
-    """``_fast.pyx`` mirrors ``_rules`` and takes its constants from ``_policy``; it
+    """``_fast.pyx`` mirrors ``_rules`` and takes its constants from there; it
     never reaches into the pure twin (``_fast_py``, with its code generator)."""
     source = (SRC / "_fast.pyx").read_text(encoding="utf-8")
     imported = {line.split()[1] for line in source.splitlines() if line.startswith(("from .", "import "))}
-    assert "._rules" in imported and "._policy" in imported
+    assert "._rules" in imported
     assert "._fast_py" not in imported, sorted(imported)
 
 

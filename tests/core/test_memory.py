@@ -197,8 +197,8 @@ class CountingPlanner:
 
 
 def _counting(hw: Any, cls: type, name: str) -> CountingPlanner:
-    dispatch = importlib.import_module("hookwrap._dispatch")
-    jp = dispatch.join_point_of(vars(cls)[name])
+    joinpoints = importlib.import_module("hookwrap._joinpoints")
+    jp = joinpoints.join_point_of(vars(cls)[name])
     counting = CountingPlanner(jp.planner)
     jp.planner = counting
     return counting
@@ -290,4 +290,4 @@ def test_distinct_keyword_sets_keep_the_plans_bounded(hw, kind):
     # the size of the dictionaries the names pass through.)
     assert sys.getallocatedblocks() - before < 2000
     assert len(ran) == 1500  # a shape not kept runs its callbacks all the same
-    assert importlib.import_module("hookwrap._policy").MAX_CALL_SHAPES == 64
+    assert importlib.import_module("hookwrap._rules").MAX_CALL_SHAPES == 64

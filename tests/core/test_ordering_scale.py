@@ -256,12 +256,12 @@ def calls_of(t: Any) -> list[Any]:
 
 
 def _running(t: Any) -> list[Any]:
-    from hookwrap._tiers import entries_for
-    from hookwrap._tiers import instance_state
+    from hookwrap._registry import entries_for
+    from hookwrap._registry import instance_state
 
     state = instance_state(t, create=False)
     jp = type(t).__dict__["step"]
-    from hookwrap._dispatch import join_point_of
+    from hookwrap._joinpoints import join_point_of
 
     return [e for e in entries_for("step", False, type(t), join_point_of(jp), state)
             if e.phase == "pre"]
@@ -286,7 +286,7 @@ def test_each_registration_indexes_only_itself(hw, monkeypatch, tier, shape):
     the entries, and ran at every registration: cubic in all). The first call
     orders the chain once: one more index per entry."""
     options = sys.modules["hookwrap._entries"]
-    registration = sys.modules["hookwrap._registration"]
+    registration = sys.modules["hookwrap._registry"]
     indexed: list[Any] = []
     ordered: list[int] = []
     searched: list[int] = []

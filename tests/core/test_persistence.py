@@ -107,7 +107,7 @@ def test_the_hookwrap_names_a_pickle_holds_are_pinned(built):
     assert [clone.compute_loss(2), clone.compute_loss(2)] == [2.1, 4.1]  # every=2, loaded with it
     assert {name for name in seen if name.startswith("hookwrap")} == {
         "hookwrap._entries.Gate", "hookwrap._entries.Options", "hookwrap._entries.Registration",
-        "hookwrap._tiers.InstanceRecord",
+        "hookwrap._registry.InstanceRecord",
     }
 
 
@@ -126,14 +126,15 @@ def test_an_object_pickled_when_readers_lived_elsewhere_still_loads(hw, built, s
     assert hw.callback_state(clone) == {"Seen": {"values": [1.1, 2.1]}}
 
 
-def test_a_callbacks_list_pickled_when_it_was_defined_in_instances_still_loads(built):
-    """InstanceCallbackList lived in hookwrap._instances until that was merged back
-    into _tiers: a pickle naming it there still loads."""
+@pytest.mark.parametrize("saved_in", ["hookwrap._instances", "hookwrap._tiers"])
+def test_a_callbacks_list_pickled_where_it_was_defined_before_still_loads(built, saved_in):
+    """InstanceCallbackList lived in hookwrap._instances, then in _tiers, before
+    both were merged into _registry: a pickle naming either still loads."""
     t = built.Trainer()
     t.before("loss", built.double_batch)
     new = pickle.dumps(t.callbacks, protocol=0)
-    assert b"hookwrap._tiers\nInstanceCallbackList\n" in new
-    old = new.replace(b"hookwrap._tiers\nInstanceCallbackList\n", b"hookwrap._instances\nInstanceCallbackList\n")
+    assert b"hookwrap._registry\nInstanceCallbackList\n" in new
+    old = new.replace(b"hookwrap._registry\nInstanceCallbackList\n", saved_in.encode() + b"\nInstanceCallbackList\n")
     assert pickle.loads(old) == [("pre-loss", built.double_batch)]
 
 
@@ -148,16 +149,27 @@ def test_an_object_pickled_when_its_registrations_lived_in_options_still_loads(b
     assert [clone.compute_loss(2), clone.compute_loss(2)] == [2.1, 4.1]  # every=2, loaded with it
 
 
+def test_a_callback_state_pickled_when_it_lived_in_lifecycle_still_loads(hw, built):
+    """CallbackState, which checkpoint systems save beside a model, lived in
+    hookwrap._lifecycle before it was merged into _callback."""
+    t = built.Trainer()
+    t.before("loss", built.double_batch)
+    new = pickle.dumps(hw.CallbackState(t), protocol=0)
+    assert b"hookwrap._callback\nCallbackState\n" in new
+    clone = pickle.loads(new.replace(b"hookwrap._callback\nCallbackState\n", b"hookwrap._lifecycle\nCallbackState\n"))
+    assert type(clone) is hw.CallbackState and clone.obj.compute_loss(2) == 4.1
+
+
 @pytest.mark.parametrize("saved_as", ["hookwrap._tiers\nInstanceHooks", "hookwrap._instances\nInstanceRecord",
-                                      "hookwrap._instances\nInstanceHooks"])
+                                      "hookwrap._instances\nInstanceHooks", "hookwrap._tiers\nInstanceRecord"])
 def test_an_object_pickled_under_an_earlier_name_of_the_instance_record_still_loads(built, saved_as):
     """hookwrap 0.1.0 pickled an instance's record as hookwrap._tiers.InstanceHooks,
     later versions as hookwrap._tiers.InstanceRecord, then, while it lived in
-    hookwrap._instances, as hookwrap._instances.InstanceRecord; it is back in _tiers."""
+    hookwrap._instances, as hookwrap._instances.InstanceRecord; it is now in _registry."""
     t = built.Trainer()
     t.before("loss", built.double_batch)
     new = pickle.dumps(t, protocol=0)  # names classes as text lines: renamable in place
-    assert b"hookwrap._tiers\nInstanceRecord\n" in new
-    clone = pickle.loads(new.replace(b"hookwrap._tiers\nInstanceRecord\n", saved_as.encode() + b"\n"))
+    assert b"hookwrap._registry\nInstanceRecord\n" in new
+    clone = pickle.loads(new.replace(b"hookwrap._registry\nInstanceRecord\n", saved_as.encode() + b"\n"))
     assert clone.compute_loss(2) == t.compute_loss(2) == 4.1  # its callback came back with it
     assert clone.callbacks == [("pre-loss", built.double_batch)]

@@ -212,7 +212,7 @@ def test_a_module_beside_the_script_and_the_script_by_its_module_name(hw, tmp_pa
         ("post-total", lambda return_value: seen.append(("total", return_value)) or return_value)])
     assert status == 0 and capsys.readouterr().out == "12\n"
     assert seen == [("double", 0), ("double", 2), ("double", 4), ("double", 6), ("total", 12)]
-    assert hw._dispatch.join_point_of(sys.modules["helper"].double) is None  # un-woven after the run
+    assert hw._joinpoints.join_point_of(sys.modules["helper"].double) is None  # un-woven after the run
     del sys.modules["helper"]
 
 

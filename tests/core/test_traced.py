@@ -15,7 +15,8 @@ def test_what_dynamo_traces_is_the_same_dispatch(hw):
     and __call__); called directly, they must do what the C dispatch does."""
     if not hw.USING_EXTENSION:
         pytest.skip("the pure twin's join points are Python already")
-    from hookwrap._dispatch import JoinPoint, join_point_of
+    from hookwrap._dispatch import JoinPoint
+    from hookwrap._joinpoints import join_point_of
 
     class Trainer(hw.Hookable):
         callbacks = [("pre-step", lambda self, batch: batch + [1])]
@@ -55,7 +56,7 @@ def test_a_registration_rebuilds_at_once_the_chains_compiled_code_traced(hw):
     call finds it built (no graph break). Chains never traced wait for a call."""
     if not hw.USING_EXTENSION:
         pytest.skip("the pure twin rebuilds on the next call (its chains are Python)")
-    from hookwrap._dispatch import join_point_of
+    from hookwrap._joinpoints import join_point_of
 
     class Trainer(hw.Hookable):
         @hw.hookable

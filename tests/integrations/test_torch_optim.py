@@ -134,8 +134,8 @@ def test_optimizer_classes_defined_after_the_weave_and_overrides(hw):
     finally:
         handle.remove()
     assert "__init_subclass__" not in vars(torch.optim.Optimizer)
-    assert hw._dispatch.join_point_of(vars(Clipped)["step"]) is None
-    assert hw._dispatch.join_point_of(vars(Plain)["step"]) is None
+    assert hw._joinpoints.join_point_of(vars(Clipped)["step"]) is None
+    assert hw._joinpoints.join_point_of(vars(Plain)["step"]) is None
 
 
 def test_shipped_step_timer_counts_every_optimizer_step(hw):

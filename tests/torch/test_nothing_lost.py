@@ -774,14 +774,14 @@ def test_a_logger_removed_mid_run_writes_what_it_held(hw, ht, tmp_path):
 def test_a_copied_deferring_callback_is_settled_too(hw, ht, tmp_path):
     import copy
 
-    from hookwrap import _lifecycle
+    from hookwrap import _callback
 
     guard = ht.NanGuard()
     target, _, _ = build("fit", hw, tmp_path, [1.0])
     target.add_callback(guard)
     guard._depth[(0, 0)] = 1  # a call in flight in this process
     twin = copy.deepcopy(guard)
-    assert any(cb is twin for cb in _lifecycle.deferring_callbacks())  # settled at exit too
+    assert any(cb is twin for cb in _callback.deferring_callbacks())  # settled at exit too
     assert twin._depth == {}  # the original's calls in flight are not the copy's
 
 

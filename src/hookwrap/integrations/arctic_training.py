@@ -42,7 +42,7 @@ from typing import Any, Callable, TypeVar
 
 from .. import around, hookable
 from ..errors import CallbackReturnError, HookError, closest, safe_repr
-from ..extend import has_join_point, is_join_point
+from ..extend import FixedList, has_join_point, is_join_point
 
 __all__ = ["ArcticCallbackError", "CallbackMixin", "WRAPPER_NAME_ATTR", "callback_wrapper"]
 
@@ -90,21 +90,15 @@ def _wrapped_name(value: Any) -> str | None:
     return name if isinstance(name, str) else None
 
 
-class _Frozen(list):  # type: ignore[type-arg]
+class _Frozen(FixedList):
     """A class's ``callbacks`` once the class exists. ArcticTraining reads it when the
     class is created, so an entry appended later reaches none of its objects (there,
     silently); here that is refused with the ways that do work."""
 
-    def _refuse(self, *args: Any, **kwargs: Any) -> None:
-        raise HookError(
-            "a CallbackMixin class's `callbacks` list is read when the class is created: an entry "
-            "added later would reach none of its objects (ArcticTraining ignores it silently). "
-            "Declare it in the class body (`callbacks = [(\"pre-step\", fn)]`, or in a subclass), or "
-            "register with hookwrap: hw.before(obj_or_cls, 'step', fn) / hw.after(...)."
-        )
-
-    append = extend = insert = remove = pop = clear = sort = reverse = _refuse
-    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse  # type: ignore[assignment]
+    refusal = ("a CallbackMixin class's `callbacks` list is read when the class is created: an entry "
+               "added later would reach none of its objects (ArcticTraining ignores it silently). "
+               "Declare it in the class body (`callbacks = [(\"pre-step\", fn)]`, or in a subclass), or "
+               "register with hookwrap: hw.before(obj_or_cls, 'step', fn) / hw.after(...).")
 
 
 class _Entry:
