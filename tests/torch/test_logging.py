@@ -47,8 +47,8 @@ def test_hookwrap_records_its_saves_restores_resumes_and_stops(hw, ht, tmp_path,
     loop.fit(5)
     assert loop.stop_reason.startswith("EarlyStopping")
     said = [(r.name, r.getMessage()) for r in caplog.records if r.name.startswith("hookwrap")]
-    assert ("hookwrap.torch.early_stopping", "EarlyStopping: val_loss has not improved by more than 0.0 "
-            "for 2 evaluations (best 0.5 at step 4, now 0.8). at step 8") in said
+    assert ("hookwrap.torch.early_stopping", "stopping at step 8: EarlyStopping: val_loss has not improved "
+            "by more than 0.0 for 2 evaluations (best 0.5 at step 4, now 0.8).") in said
     assert [m for n, m in said if n == "hookwrap.torch.checkpoint" and "saved the best" in m] == [
         f"BestCheckpoint({str(tmp_path / 'best.pt')!r}): saved the best val_loss so far, {v}, at step {s}"
         for v, s in (("1", 2), ("0.5", 4))]

@@ -7,12 +7,14 @@ under hookwrap's standard event names (``fit``, ``epoch``, ``step``, ``loss``,
 raised by a callback stops the framework the way it stops itself.
 
 Each framework has its own module, imported only when used (importing
-``hookwrap`` or this package imports no framework)::
+``hookwrap`` or this package imports no framework):
 
-    from hookwrap.integrations import transformers as hw_hf
-    with hw_hf.weave():                     # returns a handle; remove() restores
-        hw.add_callback(trainer, EarlyStopping("eval_loss"))
-        trainer.train()
+```python
+from hookwrap.integrations import transformers as hw_hf
+with hw_hf.weave():                     # returns a handle; remove() restores
+    hw.add_callback(trainer, EarlyStopping("eval_loss"))
+    trainer.train()
+```
 
 ``PRESETS`` maps a preset's name to ``"module:function"``, for tools (a CLI) that
 look one up lazily: ``load("ignite")`` imports and returns that function; calling

@@ -1,27 +1,22 @@
 """Hugging Face ``accelerate``: your own loop, with the ``Accelerator``'s calls as
-join points of the accelerator::
+join points of the accelerator:
 
-    from hookwrap.integrations import accelerate as hw_accelerate
-    preset = hw_accelerate.weave()
-    hw.add_callback(accelerator, NanGuard(events=("backward",)))   # checks `loss`
-    for batch in loader:
-        ...
-        accelerator.backward(loss)
-        optimizer.step()
+```python
+from hookwrap.integrations import accelerate as hw_accelerate
+preset = hw_accelerate.weave()
+hw.add_callback(accelerator, NanGuard(events=("backward",)))   # checks `loss`
+for batch in loader:
+    ...
+    accelerator.backward(loss)
+    optimizer.step()
+```
 
 Events, of the accelerator (accelerate 1.x):
 
-=================  =====================================================================
-``backward``       ``Accelerator.backward(loss, **kwargs)``: callbacks read ``loss``
-                   (``NanGuard``, a loss-scaling ``before`` callback); ``GradNorm(model=...)``
-                   after it
-``optimizer_step`` ``step()`` of an optimizer prepared by this accelerator
-                   (``AcceleratedOptimizer.step``, routed to the accelerator that prepared it;
-                   ``LRMonitor(optimizer=...)`` after it), once per real update: under
-                   ``accelerator.accumulate(model)`` the calls accelerate skips (gradients
-                   not synchronized yet) run without callbacks, so EMA, LRMonitor and the
-                   step counts follow the updates, as ``accelerator.step`` does
-=================  =====================================================================
+| event | what it is |
+|---|---|
+| ``backward`` | ``Accelerator.backward(loss, **kwargs)``: callbacks read ``loss`` (``NanGuard``, a loss-scaling ``before`` callback); ``GradNorm(model=...)`` after it |
+| ``optimizer_step`` | ``step()`` of an optimizer prepared by this accelerator (``AcceleratedOptimizer.step``, routed to the accelerator that prepared it; ``LRMonitor(optimizer=...)`` after it), once per real update: under ``accelerator.accumulate(model)`` the calls accelerate skips (gradients not synchronized yet) run without callbacks, so EMA, LRMonitor and the step counts follow the updates, as ``accelerator.step`` does |
 
 The loop is yours, so ``fit``, ``epoch``, ``step`` and ``evaluate`` are your
 functions: decorate them with ``@hw.hookable`` and the shipped callbacks find them.
@@ -32,10 +27,12 @@ your loop, as in any hookwrap loop; catch it where the run should end. Under sev
 processes a rank that stops alone leaves the others waiting in a collective, so
 there pass ``stop="trigger"``: a StopTraining raised in ``backward`` or
 ``optimizer_step`` callbacks calls ``accelerator.set_trigger()`` instead, the call
-completes, and your loop ends on every rank together with accelerate's own check::
+completes, and your loop ends on every rank together with accelerate's own check:
 
-    if accelerator.check_trigger():
-        break
+```python
+if accelerator.check_trigger():
+    break
+```
 """
 
 from __future__ import annotations

@@ -1,40 +1,30 @@
 """Lightning Fabric (``lightning.fabric.Fabric``): your own loop, with Fabric's calls
-as join points of the fabric::
+as join points of the fabric:
 
-    from hookwrap.integrations import fabric as hw_fabric
-    preset = hw_fabric.weave()
-    fabric = Fabric(accelerator="cpu", callbacks=[EarlyStopping("val_loss")])  # attached
-    model, optimizer = fabric.setup(model, optimizer)
-    for epoch in range(epochs):
-        for batch in loader:
-            ...
-            fabric.backward(loss)
-            optimizer.step()
-            fabric.call("on_train_batch_end", loss=loss)
-        fabric.call("on_validation_end", val_loss=val_loss)
-    fabric.call("on_train_end")                  # the run's end: what callbacks held is settled
+```python
+from hookwrap.integrations import fabric as hw_fabric
+preset = hw_fabric.weave()
+fabric = Fabric(accelerator="cpu", callbacks=[EarlyStopping("val_loss")])  # attached
+model, optimizer = fabric.setup(model, optimizer)
+for epoch in range(epochs):
+    for batch in loader:
+        ...
+        fabric.backward(loss)
+        optimizer.step()
+        fabric.call("on_train_batch_end", loss=loss)
+    fabric.call("on_validation_end", val_loss=val_loss)
+fabric.call("on_train_end")                  # the run's end: what callbacks held is settled
+```
 
 Events, of the fabric (Lightning 2.6):
 
-=================  =====================================================================
-``backward``       ``fabric.backward(loss, ...)``: callbacks read ``loss`` (``NanGuard``,
-                   a loss-scaling ``before`` callback); ``GradNorm(model=...)`` after it
-``optimizer_step`` ``step()`` of an optimizer ``fabric.setup``/``setup_optimizers`` returned
-                   (``_FabricOptimizer.step``, routed to the fabric that set it up): one
-                   per real update, as Fabric's own ``on_after_optimizer_step`` hook
-``step``           ``fabric.call("on_train_batch_end", loss=...)``: a training batch ended
-                   (arguments ``loss``, ``values``: the call's keywords and the mappings
-                   passed positionally; returns ``loss``: ``loss=``, else ``outputs=``, a
-                   loss or a mapping holding ``"loss"``, as ``training_step`` returns)
-``loss``           inside that ``step``, when it has a loss: returns it
-                   (``MetricsLogger`` logs it, ``NanGuard`` checks it); back-propagated
-                   already, so a callback replacing it is an error (scale the loss
-                   ``before`` ``backward``; ``GradAccumulation`` does not apply: accumulate
-                   as Fabric does, below)
-``evaluate``       ``fabric.call("on_validation_end", val_loss=...)``: returns the call's
-                   keywords as a dict (argument ``metrics``), which ``EarlyStopping`` and
-                   ``BestCheckpoint`` read
-=================  =====================================================================
+| event | what it is |
+|---|---|
+| ``backward`` | ``fabric.backward(loss, ...)``: callbacks read ``loss`` (``NanGuard``, a loss-scaling ``before`` callback); ``GradNorm(model=...)`` after it |
+| ``optimizer_step`` | ``step()`` of an optimizer ``fabric.setup``/``setup_optimizers`` returned (``_FabricOptimizer.step``, routed to the fabric that set it up): one per real update, as Fabric's own ``on_after_optimizer_step`` hook |
+| ``step`` | ``fabric.call("on_train_batch_end", loss=...)``: a training batch ended (arguments ``loss``, ``values``: the call's keywords and the mappings passed positionally; returns ``loss``: ``loss=``, else ``outputs=``, a loss or a mapping holding ``"loss"``, as ``training_step`` returns) |
+| ``loss`` | inside that ``step``, when it has a loss: returns it (``MetricsLogger`` logs it, ``NanGuard`` checks it); back-propagated already, so a callback replacing it is an error (scale the loss ``before`` ``backward``; ``GradAccumulation`` does not apply: accumulate as Fabric does, below) |
+| ``evaluate`` | ``fabric.call("on_validation_end", val_loss=...)``: returns the call's keywords as a dict (argument ``metrics``), which ``EarlyStopping`` and ``BestCheckpoint`` read |
 
 Every other hook of ``fabric.call`` (Lightning's callback hooks: ``on_train_epoch_end``,
 ``on_validation_batch_end``, ... and ``weave(hooks=...)``'s) is a custom event of the
@@ -68,10 +58,12 @@ read per step).
 loop, as in any hookwrap loop. With ``stop="flag"`` the call completes and
 ``should_stop(fabric)`` turns True; it reduces the decision over every process (one
 rank stopping stops all, as Lightning's ``EarlyStopping`` decides), so call it on every
-rank at the same point of the loop::
+rank at the same point of the loop:
 
-    if hw_fabric.should_stop(fabric):
-        break
+```python
+if hw_fabric.should_stop(fabric):
+    break
+```
 
 State: ``fabric.save(path, state)`` adds ``hw.callback_state(fabric)`` under
 ``"hookwrap"`` (unless ``state`` has that key: yours), and ``fabric.load(path, state)``

@@ -1,27 +1,20 @@
-"""PyTorch-Ignite ``Engine``, woven in one call::
+"""PyTorch-Ignite ``Engine``, woven in one call:
 
-    from hookwrap.integrations import ignite as hw_ignite
-    preset = hw_ignite.weave()              # or weave(MyEngine)
-    hw.add_callback(trainer, NanGuard(events="step"))
-    trainer.run(loader, max_epochs=5)
+```python
+from hookwrap.integrations import ignite as hw_ignite
+preset = hw_ignite.weave()              # or weave(MyEngine)
+hw.add_callback(trainer, NanGuard(events="step"))
+trainer.run(loader, max_epochs=5)
+```
 
 Events, all of the engine (pytorch-ignite 0.5):
 
-=================  =====================================================================
-``fit``            ``Engine.run`` (returns its ``State``)
-``epoch``          one epoch (``_run_once_on_dataset_as_gen``, driven through the join
-                   point; an ``interrupt()`` ends the epoch event where it interrupts, and
-                   the rest of the epoch runs when ``run`` resumes, without callbacks)
-``step``           the engine's update function: ignite stores it on the instance
-                   (``engine._process_function``, called ``(engine, batch)``); a property
-                   of the class routes each call through join point ``step`` (arguments
-                   ``batch``; returns the output, the loss of ``create_supervised_trainer``),
-                   with no adapter to write
-``evaluate``       ``run`` of another engine (an evaluator) called while this one runs (from
-                   its handler): an event of the *running* engine that returns the
-                   evaluator's ``state.metrics``, which ``EarlyStopping`` and
-                   ``BestCheckpoint`` attached to the trainer read
-=================  =====================================================================
+| event | what it is |
+|---|---|
+| ``fit`` | ``Engine.run`` (returns its ``State``) |
+| ``epoch`` | one epoch (``_run_once_on_dataset_as_gen``, driven through the join point; an ``interrupt()`` ends the epoch event where it interrupts, and the rest of the epoch runs when ``run`` resumes, without callbacks) |
+| ``step`` | the engine's update function: ignite stores it on the instance (``engine._process_function``, called ``(engine, batch)``); a property of the class routes each call through join point ``step`` (arguments ``batch``; returns the output, the loss of ``create_supervised_trainer``), with no adapter to write |
+| ``evaluate`` | ``run`` of another engine (an evaluator) called while this one runs (from its handler): an event of the *running* engine that returns the evaluator's ``state.metrics``, which ``EarlyStopping`` and ``BestCheckpoint`` attached to the trainer read |
 
 With ``Engine.interrupt_resume_enabled = False`` (ignite's legacy loop) there is no
 ``epoch`` event: that loop runs ``_run_once_on_dataset_legacy``, which is not woven.

@@ -1,39 +1,25 @@
-"""Lightning (``lightning.pytorch``), woven in one call on your ``LightningModule``::
+"""Lightning (``lightning.pytorch``), woven in one call on your ``LightningModule``:
 
-    from hookwrap.integrations import lightning as hw_pl
-    preset = hw_pl.weave(MyModule)           # the class you instantiate
-    hw.add_callback(module, EarlyStopping("val_loss", patience=2))
-    trainer.fit(module)                      # stops early; status FINISHED
+```python
+from hookwrap.integrations import lightning as hw_pl
+preset = hw_pl.weave(MyModule)           # the class you instantiate
+hw.add_callback(module, EarlyStopping("val_loss", patience=2))
+trainer.fit(module)                      # stops early; status FINISHED
+```
 
 Events, all of the module (Lightning 2.x): ``training_step`` is yours, so it is
 woven on your class, and the loop stages Lightning runs for it are routed to it:
 
-=================  =====================================================================
-``fit``            ``_FitLoop.run``: the fit, once the module is attached to the trainer
-``epoch``          ``_TrainingEpochLoop.run``: one training epoch
-``step``           ``_TrainingEpochLoop.advance``: one training batch (its optimizer step,
-                   and the validation run it triggers)
-``loss``           ``training_step``: returns the loss (or the mapping holding it)
-``backward``       ``backward(loss)``: automatic optimization calls it, and so does
-                   ``self.manual_backward(loss)`` in manual optimization
-``optimizer_step`` ``optimizer_step``, once per real update: automatic optimization calls
-                   it only when ``accumulate_grad_batches`` batches are in (it runs the
-                   closure: ``training_step`` and ``backward``, so ``loss`` and ``backward``
-                   fire inside it); in manual optimization (``automatic_optimization =
-                   False``) each ``opt.step()`` of an optimizer from ``self.optimizers()``
-                   is routed through it, so the count is ``trainer.global_step`` either way
-``evaluate``       ``_EvaluationLoop.run`` during ``fit`` (not the sanity check): returns
-                   ``trainer.callback_metrics`` (what ``self.log`` logged, ``val_loss``),
-                   which ``EarlyStopping`` and ``BestCheckpoint`` read. As Lightning's own
-                   ``EarlyStopping`` and ``ModelCheckpoint``, ``validate()``, ``test()`` and
-                   ``predict()`` called outside ``fit`` are no evaluations: they run with
-                   callbacks attached and fire none
-``log``            each set of metrics Lightning logs (``_LoggerConnector.log_metrics``,
-                   what ``self.log`` logged, every ``log_every_n_steps`` and after each
-                   validation), as one row with its ``step`` (``_batches_that_stepped``)
-                   and ``epoch``, as Lightning's loggers get it, with or without a logger
-                   configured: ``MetricsLogger`` logs those rows
-=================  =====================================================================
+| event | what it is |
+|---|---|
+| ``fit`` | ``_FitLoop.run``: the fit, once the module is attached to the trainer |
+| ``epoch`` | ``_TrainingEpochLoop.run``: one training epoch |
+| ``step`` | ``_TrainingEpochLoop.advance``: one training batch (its optimizer step, and the validation run it triggers) |
+| ``loss`` | ``training_step``: returns the loss (or the mapping holding it) |
+| ``backward`` | ``backward(loss)``: automatic optimization calls it, and so does ``self.manual_backward(loss)`` in manual optimization |
+| ``optimizer_step`` | ``optimizer_step``, once per real update: automatic optimization calls it only when ``accumulate_grad_batches`` batches are in (it runs the closure: ``training_step`` and ``backward``, so ``loss`` and ``backward`` fire inside it); in manual optimization (``automatic_optimization = False``) each ``opt.step()`` of an optimizer from ``self.optimizers()`` is routed through it, so the count is ``trainer.global_step`` either way |
+| ``evaluate`` | ``_EvaluationLoop.run`` during ``fit`` (not the sanity check): returns ``trainer.callback_metrics`` (what ``self.log`` logged, ``val_loss``), which ``EarlyStopping`` and ``BestCheckpoint`` read. As Lightning's own ``EarlyStopping`` and ``ModelCheckpoint``, ``validate()``, ``test()`` and ``predict()`` called outside ``fit`` are no evaluations: they run with callbacks attached and fire none |
+| ``log`` | each set of metrics Lightning logs (``_LoggerConnector.log_metrics``, what ``self.log`` logged, every ``log_every_n_steps`` and after each validation), as one row with its ``step`` (``_batches_that_stepped``) and ``epoch``, as Lightning's loggers get it, with or without a logger configured: ``MetricsLogger`` logs those rows |
 
 Manual optimization: ``training_step`` returns its loss after ``manual_backward``
 used it, so a callback on ``loss`` that returns another value would change nothing

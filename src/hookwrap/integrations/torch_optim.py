@@ -6,12 +6,14 @@ library or the script defined already), and those defined later (a custom
 optimizer in the script, ``ZeroRedundancyOptimizer`` once imported), woven as
 their class is created (``Optimizer.__init_subclass__``). So a plain training
 script gets a ``step`` event per ``optimizer.step()``, whether the optimizer was
-created before or after the weave::
+created before or after the weave:
 
-    handle = weave_optimizers()
-    hw.register_global_callback(StepTimer())        # every optimizer, every step
-    hw.before(torch.optim.Optimizer, "step", fn)    # class tier: all optimizers
-    handle.remove()                                 # everything as it was
+```python
+handle = weave_optimizers()
+hw.register_global_callback(StepTimer())        # every optimizer, every step
+hw.before(torch.optim.Optimizer, "step", fn)    # class tier: all optimizers
+handle.remove()                                 # everything as it was
+```
 
 Callbacks fire once per ``opt.step()``: torch re-wraps ``cls.step`` for its
 profiler when a class's first instance is made, an LR scheduler wraps

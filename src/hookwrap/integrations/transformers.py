@@ -1,30 +1,24 @@
-"""Hugging Face ``transformers.Trainer``, woven in one call::
+"""Hugging Face ``transformers.Trainer``, woven in one call:
 
-    from hookwrap.integrations import transformers as hw_hf
-    preset = hw_hf.weave()                  # or weave(MyTrainer): your subclass
-    hw.add_callback(trainer, EarlyStopping("eval_loss", patience=2))
-    trainer.train()                         # returns its TrainOutput, stopped early
+```python
+from hookwrap.integrations import transformers as hw_hf
+preset = hw_hf.weave()                  # or weave(MyTrainer): your subclass
+hw.add_callback(trainer, EarlyStopping("eval_loss", patience=2))
+trainer.train()                         # returns its TrainOutput, stopped early
+```
 
 Events (transformers 5.x; ``Trainer`` methods unless said):
 
-=================  =====================================================================
-``fit``            ``train`` (returns ``TrainOutput``)
-``epoch``          ``_run_epoch``: one pass over the train dataloader
-``step``           ``training_step``: forward, loss, backward of one batch (returns the loss)
-``loss``           ``compute_loss``, **only when ``training_step`` calls it**: ``evaluate()``
-                   reuses it in ``prediction_step``, where callbacks do not fire, so a
-                   loss-scaling callback never changes ``eval_loss``
-``backward``       ``Accelerator.backward(loss)`` called during this trainer's run, as an
-                   event of the trainer (NanGuard and GradNorm read ``loss``, ``trainer.model``)
-``optimizer_step`` ``self.optimizer.step()`` (``AcceleratedOptimizer.step``) during the run
-``evaluate``       ``evaluate``: returns the metrics mapping (``eval_loss``, ...), which
-                   ``EarlyStopping("eval_loss")`` and ``BestCheckpoint`` read
-``log``            each row the trainer logs (``Trainer.log``): the row as
-                   ``state.log_history`` has it, ``step`` being ``global_step``. With it
-                   ``MetricsLogger`` logs what HF logs, where HF logs it: under gradient
-                   accumulation the optimizer step's loss (its micro-batches' shares
-                   added), every ``logging_steps`` updates, and the evaluations' metrics
-=================  =====================================================================
+| event | what it is |
+|---|---|
+| ``fit`` | ``train`` (returns ``TrainOutput``) |
+| ``epoch`` | ``_run_epoch``: one pass over the train dataloader |
+| ``step`` | ``training_step``: forward, loss, backward of one batch (returns the loss) |
+| ``loss`` | ``compute_loss``, **only when ``training_step`` calls it**: ``evaluate()`` reuses it in ``prediction_step``, where callbacks do not fire, so a loss-scaling callback never changes ``eval_loss`` |
+| ``backward`` | ``Accelerator.backward(loss)`` called during this trainer's run, as an event of the trainer (NanGuard and GradNorm read ``loss``, ``trainer.model``) |
+| ``optimizer_step`` | ``self.optimizer.step()`` (``AcceleratedOptimizer.step``) during the run |
+| ``evaluate`` | ``evaluate``: returns the metrics mapping (``eval_loss``, ...), which ``EarlyStopping("eval_loss")`` and ``BestCheckpoint`` read |
+| ``log`` | each row the trainer logs (``Trainer.log``): the row as ``state.log_history`` has it, ``step`` being ``global_step``. With it ``MetricsLogger`` logs what HF logs, where HF logs it: under gradient accumulation the optimizer step's loss (its micro-batches' shares added), every ``logging_steps`` updates, and the evaluations' metrics |
 
 ``hw.StopTraining`` raised by any callback during ``train()`` (EarlyStopping on
 ``evaluate``, a callback on ``step``) sets ``trainer.control.should_training_stop``,

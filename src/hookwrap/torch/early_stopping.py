@@ -69,7 +69,7 @@ class EarlyStopping(MonitoredCallback):
                 f"{self.best.min_delta} for {self.wait} evaluations (best {self.best.value:.6g} "
                 f"at step {self.best_step}, now {value:.6g})."
             )
-            log.info("%s at step %d", stop, self.step)
+            log.info("stopping at step %d: %s", self.step, stop)
             raise stop
 
     def state_dict(self) -> dict[str, Any]:

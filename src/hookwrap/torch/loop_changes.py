@@ -80,10 +80,12 @@ class GradAccumulation(ShippedCallback):
     hooked object's attribute of that name, or the module itself) once, right
     before each optimizer step it lets through, with
     ``torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm, norm_type)``,
-    on the device (no host read), as the hand-written loop does::
+    on the device (no host read), as the hand-written loop does:
 
-        if (i + 1) % steps == 0:
-            clip_grad_norm_(model.parameters(), max_norm); optimizer.step(); ...
+    ```python
+    if (i + 1) % steps == 0:
+        clip_grad_norm_(model.parameters(), max_norm); optimizer.step(); ...
+    ```
 
     On a framework's preset (transformers, Lightning, accelerate) it is refused:
     the framework zeroes the gradients outside its optimizer step, so use its own
