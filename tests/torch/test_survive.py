@@ -1,0 +1,140 @@
+"""hookwrap.torch.Checkpoint surviving what ends a run: a save on an exception
+(``on_exception``) and on a termination signal (``on_signal``), each resumed with
+``resume`` to the weights of a run that never stopped (both implementations).
+
+The loop is tests/torch/_survive_worker.py: steps that draw their own batch from
+torch's RNG, dropout, a ``random`` jitter, a per-step scheduler and EarlyStopping,
+so that a resume reaches the same weights only when everything of the last
+completed step comes back."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="hookwrap.torch needs torch (the torch extra)")
+
+from tests.torch import _survive_worker as worker
+
+
+def _same_weights(a: Any, b: Any) -> bool:
+    return all(torch.equal(p, q) for p, q in zip(a.model.parameters(), b.model.parameters()))
+
+
+# --- on_exception ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fail_at", [1, 7, 13])  # the first step, mid-way, after an evaluation
+def test_a_step_that_raises_leaves_the_last_completed_step_and_resumes_to_the_same_weights(
+        hw, ht, tmp_path, fail_at, caplog):
+    straight = worker.build(hw, ht, str(tmp_path / "straight"))
+    straight.fit(worker.STEPS)
+
+    failing = worker.build(hw, ht, str(tmp_path / "failed"), fail_at=fail_at, on_exception=True)
+    with caplog.at_level(logging.INFO, logger="hookwrap"), pytest.raises(worker.Failed) as raised:
+        failing.fit(worker.STEPS)
+    assert str(raised.value) == f"step {fail_at} failed"  # the exception itself, unchanged
+    assert any("saved the run after step" in note for note in raised.value.__notes__)
+    assert f"Failed raised; saved the run after step {fail_at - 1} (the last completed)" in caplog.text
+    assert sorted(os.listdir(tmp_path / "failed")) == ["exception.pt", "last.pt"]
+    saved = torch.load(tmp_path / "failed" / "exception.pt", weights_only=True)
+    assert saved["step"] == fail_at - 1 == failing.steps
+    # The weights of the last completed step: the failed step changed nothing.
+    assert all(torch.equal(saved["model"][name], value) for name, value in failing.model.state_dict().items())
+
+    resumed = worker.build(hw, ht, str(tmp_path / "failed"), on_exception=True)
+    assert worker.resume(resumed, "exception") == fail_at - 1
+    resumed.fit(worker.STEPS, fail_at - 1)
+    assert resumed.steps == worker.STEPS and _same_weights(resumed, straight)
+    early_stopping = hw.callback_state(resumed)["EarlyStopping[monitor=val_loss,mode=min]"]
+    assert early_stopping == hw.callback_state(straight)["EarlyStopping[monitor=val_loss,mode=min]"]
+
+
+def test_without_the_rng_of_the_last_completed_step_the_resume_differs(hw, ht, tmp_path):
+    """The test above would fail if the save held the RNG states at the exception
+    (after the failed step's draws) rather than those after the last completed step."""
+    straight = worker.build(hw, ht, str(tmp_path / "straight"))
+    straight.fit(worker.STEPS)
+    failing = worker.build(hw, ht, str(tmp_path / "failed"), fail_at=7, on_exception=True)
+    with pytest.raises(worker.Failed):
+        failing.fit(worker.STEPS)
+    resumed = worker.build(hw, ht, str(tmp_path / "failed"), on_exception=True)
+    worker.resume(resumed, "exception")
+    torch.randint(0, 2, (worker.BATCH,))  # the failed step's batch drawn again
+    resumed.fit(worker.STEPS, 6)
+    assert not _same_weights(resumed, straight)
+
+
+def test_an_exception_outside_a_step_saves_every_completed_step(hw, ht, tmp_path):
+    loop = worker.build(hw, ht, str(tmp_path), on_exception=True, save_last=False)
+
+    def broken(self: Any) -> None:
+        raise ValueError("the evaluation broke")
+
+    loop.before("evaluate", broken)
+    with pytest.raises(ValueError, match="the evaluation broke"):
+        loop.fit(worker.STEPS)
+    assert os.listdir(tmp_path) == ["exception.pt"]  # save_last=False: no last.pt
+    assert torch.load(tmp_path / "exception.pt", weights_only=True)["step"] == worker.EVAL_EVERY
+
+
+def test_stop_training_and_a_clean_end_save_no_exception_file(hw, ht, tmp_path):
+    loop = worker.build(hw, ht, str(tmp_path), on_exception=True)
+    loop.fit(worker.STEPS)
+    assert sorted(os.listdir(tmp_path)) == ["last.pt"]
+
+
+def test_a_save_that_fails_adds_a_note_and_the_exception_still_propagates(hw, ht, tmp_path, caplog):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    loop = worker.build(hw, ht, str(blocker / "sub"), fail_at=3, on_exception=True)
+    with caplog.at_level(logging.INFO, logger="hookwrap"), pytest.raises(worker.Failed) as raised:
+        loop.fit(worker.STEPS)
+    assert any("could not be saved" in note for note in raised.value.__notes__)
+    assert "saving it failed" in caplog.text
+
+
+def test_on_exception_on_a_target_with_steps_only(hw, ht, tmp_path):
+    """No fit join point: the step's own error event saves."""
+    import random
+
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    class Steps(hw.Hookable):
+        def __init__(self) -> None:
+            self.model, self.optimizer = model, optimizer
+
+        @hw.hookable
+        def step(self, fail: bool) -> None:
+            random.random()
+            if fail:
+                raise KeyError("bad batch")
+            self.optimizer.zero_grad()
+            torch.autograd.backward(self.model(torch.ones(1, 2)).sum())
+            self.optimizer.step()
+
+    loop = Steps()
+    loop.add_callback(ht.Checkpoint(tmp_path, on_exception=True))
+    loop.step(False)
+    loop.step(False)
+    with pytest.raises(KeyError):
+        loop.step(True)
+    saved = torch.load(tmp_path / "exception.pt", weights_only=True)
+    assert saved["step"] == 2 and torch.equal(saved["model"]["weight"], model.weight.detach())
+
+
+def test_on_exception_settings_are_checked(hw, ht, tmp_path):
+    with pytest.raises(hw.HookError, match=r"on_exception must be True or False, got 'yes'"):
+        ht.Checkpoint(tmp_path, on_exception="yes")
+
+    class Nothing(hw.Hookable):
+        @hw.hookable
+        def epoch(self) -> None:
+            pass
+
+    with pytest.raises(hw.HookError, match=r"on_exception saves when the run raises.*neither 'fit' nor 'step'"):
+        Nothing().add_callback(ht.Checkpoint(tmp_path, on_exception=True))
