@@ -138,3 +138,144 @@ def test_on_exception_settings_are_checked(hw, ht, tmp_path):
 
     with pytest.raises(hw.HookError, match=r"on_exception saves when the run raises.*neither 'fit' nor 'step'"):
         Nothing().add_callback(ht.Checkpoint(tmp_path, on_exception=True))
+
+
+# --- on_signal ------------------------------------------------------------------------
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CHILD_TIMEOUT_S = 300  # a loaded 2-core machine: generous; nothing waits on time as a signal
+
+
+def _child(hw: Any, *args: str) -> Any:
+    """``python -m tests.torch._survive_worker ARGS`` with the implementation under test."""
+    import subprocess
+    import sys
+
+    source = os.path.dirname(os.path.dirname(os.path.abspath(hw.__file__)))
+    env = dict(os.environ, HOOKWRAP_NO_EXTENSIONS="" if hw.USING_EXTENSION else "1",
+               PYTHONPATH=os.pathsep.join([source, ROOT, os.environ.get("PYTHONPATH", "")]))
+    return subprocess.Popen([sys.executable, "-m", "tests.torch._survive_worker", *args], cwd=ROOT, env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finish(child: Any) -> tuple[str, str]:
+    import subprocess
+
+    try:
+        return child.communicate(timeout=CHILD_TIMEOUT_S)  # type: ignore[no-any-return]
+    except subprocess.TimeoutExpired:
+        child.kill()
+        out, err = child.communicate()
+        pytest.fail(f"the child did not end within {CHILD_TIMEOUT_S} s:\n{out}\n{err}")
+
+
+def test_sigterm_saves_after_the_step_exits_143_and_a_new_process_resumes_to_the_same_weights(hw, ht, tmp_path):
+    import signal
+    import threading
+
+    straight = worker.build(hw, ht, str(tmp_path / "straight"))
+    straight.fit(worker.STEPS)
+    folder = str(tmp_path / "run")
+
+    first = _child(hw, folder, "10", str(tmp_path / "first.pt"))
+    watchdog = threading.Timer(CHILD_TIMEOUT_S, first.kill)  # a hung child fails the test, never hangs it
+    watchdog.start()
+    try:
+        lines = []
+        for line in first.stdout:  # the handshake: the child waits on stdin after step 10
+            lines.append(line)
+            if line.startswith("reached"):
+                break
+        assert lines[-1:] == ["reached 10\n"], "".join(lines) + first.stderr.read()
+        first.send_signal(signal.SIGTERM)  # lands while the child waits inside step 10
+        first.stdin.write("go\n")
+        first.stdin.flush()
+        out, err = _finish(first)
+    finally:
+        watchdog.cancel()
+    assert first.returncode == 128 + signal.SIGTERM, err  # as a shell reports a process SIGTERM ended
+    assert "done" not in out and not os.path.exists(tmp_path / "first.pt")
+    assert sorted(os.listdir(folder)) == ["last.pt", "signal.pt"]
+    saved = torch.load(os.path.join(folder, "signal.pt"), weights_only=True)
+    assert saved["step"] == 10  # the step the signal came in, completed
+
+    second = _child(hw, folder, "0", str(tmp_path / "second.pt"), "resume")
+    out, err = _finish(second)
+    assert second.returncode == 0, err
+    assert out.splitlines() == ["start 10", f"done {worker.STEPS}"]
+    final = torch.load(tmp_path / "second.pt", weights_only=True)
+    assert all(torch.equal(final[name], value) for name, value in straight.model.state_dict().items())
+
+
+def test_a_previous_python_handler_is_chained_after_the_save_and_put_back(hw, ht, tmp_path):
+    import signal
+
+    seen: list[tuple[int, bool]] = []
+
+    def previous(signum: int, frame: Any) -> None:  # returns: the run goes on, as it would have
+        seen.append((signum, os.path.exists(tmp_path / "signal.pt")))
+
+    def after_step(n: int) -> None:
+        if n == 3:
+            signal.raise_signal(signal.SIGUSR1)
+
+    old = signal.signal(signal.SIGUSR1, previous)
+    try:
+        loop = worker.build(hw, ht, str(tmp_path), after_step=after_step, on_signal="SIGUSR1")
+        loop.fit(worker.STEPS)
+        assert signal.getsignal(signal.SIGUSR1) is previous
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+    assert seen == [(signal.SIGUSR1, True)]  # called once, after signal.pt was written
+    assert loop.steps == worker.STEPS
+    assert torch.load(tmp_path / "signal.pt", weights_only=True)["step"] == 3
+
+
+def test_the_default_action_ends_the_run_with_systemexit_and_the_handlers_come_back(hw, ht, tmp_path):
+    import signal
+
+    def after_step(n: int) -> None:
+        if n == 5:
+            signal.raise_signal(signal.SIGTERM)  # our handler is installed: only a flag
+        assert n <= 5, "the run went on after the signal"
+
+    before = signal.getsignal(signal.SIGTERM)
+    loop = worker.build(hw, ht, str(tmp_path), after_step=after_step, on_signal=(signal.SIGTERM,),
+                        on_exception=True)
+    with pytest.raises(SystemExit) as ended:
+        loop.fit(worker.STEPS)
+    assert ended.value.code == 128 + signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert sorted(os.listdir(tmp_path)) == ["last.pt", "signal.pt"]  # no exception.pt for the exit
+
+
+def test_on_signal_installs_in_the_main_thread_only_and_checks_its_settings(hw, ht, tmp_path):
+    import signal
+    import threading
+
+    for bad, said in [("SIGNOPE", "'SIGNOPE' is not a signal"), ((), "names no signal"),
+                      (signal.SIGKILL, "SIGKILL cannot be caught"), (3.5, "must be a signal")]:
+        with pytest.raises(hw.HookError, match=said):
+            ht.Checkpoint(tmp_path, on_signal=bad)
+    loop = worker.build(hw, ht, str(tmp_path), on_signal=signal.SIGTERM)
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            loop.fit(2)
+        except BaseException as exc:  # noqa: BLE001 - the test reads it
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name="trainer")
+    thread.start()
+    thread.join()
+    assert len(failed) == 1 and isinstance(failed[0], hw.HookError)
+    assert "main thread only, and fit runs in thread 'trainer'" in str(failed[0])
+
+    class Steps(hw.Hookable):
+        @hw.hookable
+        def step(self) -> None:
+            pass
+
+    with pytest.raises(hw.HookError, match="on_signal installs its handlers when fit starts"):
+        Steps().add_callback(ht.Checkpoint(tmp_path, on_signal=signal.SIGTERM))
