@@ -279,3 +279,102 @@ def test_on_signal_installs_in_the_main_thread_only_and_checks_its_settings(hw, 
 
     with pytest.raises(hw.HookError, match="on_signal installs its handlers when fit starts"):
         Steps().add_callback(ht.Checkpoint(tmp_path, on_signal=signal.SIGTERM))
+
+
+# --- fsspec paths -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def memory_url(request: pytest.FixtureRequest) -> Any:
+    """A fresh folder of fsspec's in-memory filesystem (process-wide: removed after),
+    its subfolder ``run``; the test's others beside it."""
+    import re
+
+    fsspec = pytest.importorskip("fsspec")
+    fs = fsspec.filesystem("memory")
+    folder = "/" + re.sub(r"\W", "_", request.node.name)
+    yield f"memory://{folder.lstrip('/')}/run"
+    if fs.exists(folder):
+        fs.rm(folder, recursive=True)
+
+
+def _memory_load(url: str) -> Any:
+    import io
+
+    import fsspec
+
+    with fsspec.open(url, "rb") as f:
+        return torch.load(io.BytesIO(f.read()), weights_only=True)
+
+
+def _memory_names(url: str) -> list[str]:
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(url)
+    return sorted(entry.rpartition("/")[2] for entry in fs.ls(path, detail=False))
+
+
+def test_a_memory_url_saves_keeps_the_top_k_and_resumes(hw, ht, memory_url):
+    straight = worker.build(hw, ht, memory_url.replace("/run", "/straight"))
+    straight.fit(worker.STEPS)
+    first = worker.build(hw, ht, memory_url, monitor="val_loss", mode="max", save_top_k=2, every_n_steps=8,
+                         fail_at=14, on_exception=True)
+    with pytest.raises(worker.Failed):
+        first.fit(worker.STEPS)
+    # mode="max" on a falling loss: the first evaluations are the best, later ones are
+    # not kept; with save_top_k=2 the third evaluation evicted none of them.
+    assert _memory_names(memory_url) == ["best-epoch=0-step=4.pt", "best-epoch=0-step=8.pt", "exception.pt",
+                                         "last.pt", "step=8.pt"]
+    assert str(first.checkpoint.best_path) == f"{memory_url}/best-epoch=0-step=4.pt"
+    assert str(first.checkpoint.dir) == memory_url and first.checkpoint.where == f"Checkpoint({memory_url!r})"
+
+    resumed = worker.build(hw, ht, memory_url, monitor="val_loss", mode="max", save_top_k=2, every_n_steps=8,
+                           on_exception=True)
+    assert worker.resume(resumed, "exception") == 13
+    assert resumed.checkpoint.resolve("best") == resumed.checkpoint.dir / "best-epoch=0-step=4.pt"
+    resumed.fit(worker.STEPS, 13)
+    assert _same_weights(resumed, straight)
+    assert _memory_load(f"{memory_url}/best-epoch=0-step=4.pt")["step"] == 4
+
+
+def test_top_k_eviction_removes_files_on_a_memory_url(hw, ht, memory_url):
+    loop = worker.build(hw, ht, memory_url, monitor="val_loss", save_top_k=1, save_last=False)
+    loop.fit(worker.STEPS)  # a falling loss: each evaluation is the best, the one before evicted
+    assert _memory_names(memory_url) == [f"best-epoch=0-step={worker.STEPS}.pt"]
+    again = worker.build(hw, ht, memory_url, monitor="val_loss", save_top_k=1, save_last=False)
+    assert again.checkpoint.resume(again, f"{memory_url}/best-epoch=0-step={worker.STEPS}.pt")["step"] == 24
+    assert _same_weights(again, loop)
+
+
+def test_a_file_url_is_written_atomically_as_a_local_path(hw, ht, tmp_path, renames):
+    loop = worker.build(hw, ht, f"file://{tmp_path}", every_n_steps=12)
+    loop.fit(worker.STEPS)
+    assert sorted(os.listdir(tmp_path)) == ["last.pt", "step=12.pt", "step=24.pt"]
+    assert {destination for _, destination in renames} == {"last.pt", "step=12.pt", "step=24.pt"}
+    assert all(source.startswith(".") and source.endswith(".tmp") for source, _ in renames)
+    again = worker.build(hw, ht, f"file://{tmp_path}")
+    assert worker.resume(again, "last") == worker.STEPS and _same_weights(again, loop)
+    best = ht.BestCheckpoint(f"file://{tmp_path}/best.pt")
+    assert str(best.path) == str(tmp_path / "best.pt")
+
+
+def test_best_checkpoint_takes_a_memory_url_and_restores_from_it(hw, ht, memory_url):
+    loop = worker.build(hw, ht, memory_url.replace("/run", "/checkpoints"))
+    best = ht.BestCheckpoint(f"{memory_url}/best.pt", restore_best=True)
+    loop.add_callback(best)
+    loop.fit(worker.STEPS)
+    assert _memory_names(memory_url) == ["best.pt"] and best.saved >= 1
+
+
+def test_a_url_without_fsspec_or_with_an_unknown_protocol_is_refused_when_made(hw, ht, tmp_path, monkeypatch):
+    import sys
+
+    with pytest.raises(hw.HookError, match=r"fsspec cannot open 'nope://x'.*Install the package of that protocol"):
+        ht.Checkpoint("nope://x")
+    monkeypatch.setitem(sys.modules, "fsspec", None)  # as if it were not installed
+    with pytest.raises(hw.HookError, match=r"Checkpoint\('memory://x'\): 'memory://x' is a URL, and URLs are "
+                                           r"opened with fsspec, which is not installed"):
+        ht.Checkpoint("memory://x")
+    with pytest.raises(hw.HookError, match=r"BestCheckpoint\('memory://x/b.pt'\).*not installed"):
+        ht.BestCheckpoint("memory://x/b.pt")
+    ht.Checkpoint(tmp_path)  # a local path needs no fsspec

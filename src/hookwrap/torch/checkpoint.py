@@ -12,7 +12,6 @@ import os
 import signal
 import types
 import warnings
-from pathlib import Path
 from typing import Any, Callable, Literal, overload
 
 from ..errors import HookError, HookwrapWarning, add_note_once
@@ -20,7 +19,8 @@ from .. import callback_state, load_callback_state
 from ..extend import JoinPointInfo, is_join_point, per_join_point, reader, stateful_callbacks
 from ._attach import COUNT, NUMBER_OR_NONE, CountingCallback, DefaultEvent, Saved, from_object, is_rank_zero, saved, whole_number
 from ._best import MonitoredCallback
-from .checkpoint_io import CheckpointIO, gather_ranks, of_this_rank, rng_state, set_rng_state
+from .checkpoint_io import (CheckpointIO, RemotePath, StoragePath, gather_ranks, of_this_rank, rng_state,
+                            set_rng_state, storage_path)
 from ._signals import Caught, signal_numbers
 from .distributed import is_distributed, per_rank, written_on_rank_zero
 from .readback import settle
@@ -58,7 +58,7 @@ class BestCheckpoint(MonitoredCallback):
                  event: str = "evaluate", model: Any = "model", optimizer: Any = "optimizer",
                  restore_best: bool = False, min_delta: float = 0.0, fit_event: str = "fit",
                  step_event: str | None = DefaultEvent("step")) -> None:
-        self.path = Path(path)
+        self.path = storage_path(path, f"BestCheckpoint({os.fspath(path)!r})")
         self.io = CheckpointIO()  # the files: written, read and found through it
         self.model, self.optimizer = model, optimizer
         self.restore_best, self.fit_event = restore_best, fit_event
@@ -232,7 +232,7 @@ class Checkpoint(MonitoredCallback):
             raise HookError(f"{where}: dir must be a folder path, got {dir!r}.")
         if monitor is not None and not (isinstance(monitor, str) and monitor):
             raise HookError(f"{where}: monitor must be the name of a value, or None, got {monitor!r}.")
-        self.dir = Path(dir)
+        self.dir = storage_path(dir, where)
         self.io = CheckpointIO()  # the files: written, read, found and removed through it
         self.save_top_k = whole_number(save_top_k, "save_top_k", where)
         self.every_n_steps = None if every_n_steps is None else whole_number(every_n_steps, "every_n_steps", where)
@@ -284,14 +284,15 @@ class Checkpoint(MonitoredCallback):
 
     @property
     def state_key(self) -> str:
-        return f"Checkpoint[{os.path.abspath(self.dir)}]"  # one spelling of the folder
+        # One spelling of the folder (a URL is one already).
+        return f"Checkpoint[{self.dir if isinstance(self.dir, RemotePath) else os.path.abspath(self.dir)}]"
 
     @property
-    def last_path(self) -> Path:
+    def last_path(self) -> StoragePath:
         return self.dir / "last.pt"
 
     @property
-    def best_path(self) -> Path | None:
+    def best_path(self) -> StoragePath | None:
         """The best of the top-k files, or None before any."""
         return self.dir / self.top_k[0][2] if self.top_k else None
 
@@ -626,7 +627,7 @@ class Checkpoint(MonitoredCallback):
         assert self.resume_from is not None
         self.resume(obj, self.resume_from, missing_ok=str(self.resume_from) in ("last", "best"))
 
-    def resolve(self, path: str | os.PathLike[str]) -> Path | None:
+    def resolve(self, path: str | os.PathLike[str]) -> StoragePath | None:
         """``"last"``: ``dir/last.pt``; ``"best"``: the best top-k file (None before
         any); ``"exception"``, ``"signal"``: ``dir/exception.pt``, ``dir/signal.pt``
         (``on_exception``, ``on_signal``); else the path itself."""
@@ -639,7 +640,7 @@ class Checkpoint(MonitoredCallback):
             if not top_k:
                 return None
             return self.dir / top_k[0][2]
-        return Path(path)
+        return storage_path(path, self.where)
 
     def _saved_top_k(self) -> list[Any]:
         """The top-k ``last.pt`` recorded (a new process knows none yet)."""

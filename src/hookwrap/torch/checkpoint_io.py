@@ -6,9 +6,10 @@ every rank).
 keep and how to resume; everything that touches storage goes through their
 ``CheckpointIO`` (as Lightning's ``ModelCheckpoint`` writes through a
 ``CheckpointIO`` plugin, and ignite's ``Checkpoint`` through a ``DiskSaver``).
-This one writes local files with ``torch.save`` and reads them with
-``torch.load``; another storage (remote paths, sharded state) is another
-``CheckpointIO`` with the same methods.
+This one writes files with ``torch.save`` and reads them with ``torch.load``:
+local paths, and URLs (``memory://run1``, ``s3://bucket/run``, ``file:///...``)
+through ``fsspec`` where it is installed (torch depends on it); another storage
+(sharded state) is another ``CheckpointIO`` with the same methods.
 """
 
 from __future__ import annotations
@@ -18,34 +19,108 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 from ..errors import HookError
 from ..extend import process_rank
 from .distributed import is_distributed, ranks_where
 
-__all__ = ["CheckpointIO", "gather_ranks", "of_this_rank", "rng_state", "set_rng_state"]
+__all__ = ["CheckpointIO", "RemotePath", "StoragePath", "gather_ranks", "of_this_rank", "rng_state",
+           "set_rng_state", "storage_path"]
+
+
+class RemotePath:
+    """A path on an ``fsspec`` filesystem other than the local one: ``fs`` and the
+    ``path`` on it, shown (``str``) as the URL it was given as. ``/`` joins a name,
+    as on a ``pathlib.Path``."""
+
+    __slots__ = ("fs", "path", "protocol")
+
+    def __init__(self, fs: Any, path: str, protocol: str) -> None:
+        self.fs, self.path, self.protocol = fs, path.rstrip("/") or "/", protocol
+
+    def __truediv__(self, name: str) -> RemotePath:
+        return RemotePath(self.fs, f"{self.path.rstrip('/')}/{name}", self.protocol)
+
+    @property
+    def name(self) -> str:
+        return self.path.rstrip("/").rpartition("/")[2]
+
+    @property
+    def parent(self) -> RemotePath:
+        return RemotePath(self.fs, self.path.rstrip("/").rpartition("/")[0] or "/", self.protocol)
+
+    def __str__(self) -> str:
+        return f"{self.protocol}://{self.path.lstrip('/')}"
+
+    def __repr__(self) -> str:
+        return f"RemotePath({str(self)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RemotePath) and (self.fs, self.path) == (other.fs, other.path)
+
+    def __hash__(self) -> int:
+        return hash((self.protocol, self.path))
+
+
+StoragePath = Union[Path, RemotePath]
+
+
+def storage_path(value: str | os.PathLike[str], where: str) -> StoragePath:
+    """Where a checkpoint goes: a local ``Path``, or for a URL (``PROTOCOL://...``)
+    the ``fsspec`` filesystem it names: its local one as a ``Path`` (written
+    atomically, as local paths are), any other as a ``RemotePath``. A URL without
+    fsspec, or a protocol fsspec cannot open, is a HookError saying what to install."""
+    text = os.fspath(value)
+    if "://" not in text:
+        return Path(text)
+    try:
+        import fsspec
+    except ImportError:
+        raise HookError(f"{where}: {text!r} is a URL, and URLs are opened with fsspec, which is not "
+                        f"installed. pip install fsspec (and the package of the protocol, s3fs for "
+                        f"s3://), or pass a local path.") from None
+    try:
+        fs, path = fsspec.core.url_to_fs(text)
+    except (ImportError, ValueError) as exc:
+        raise HookError(f"{where}: fsspec cannot open {text!r}: {exc}. Install the package of that "
+                        f"protocol, or pass a local path.") from None
+    from fsspec.implementations.local import LocalFileSystem
+
+    if isinstance(fs, LocalFileSystem):
+        return Path(path)
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    return RemotePath(fs, path, protocol)
 
 
 class CheckpointIO:
-    """Checkpoint files on the local filesystem, with ``torch.save`` / ``torch.load``.
+    """Checkpoint files with ``torch.save`` / ``torch.load``: on the local filesystem
+    (a ``Path``), or on an ``fsspec`` one (a ``RemotePath``, see ``storage_path``).
 
-    ``save`` writes atomically: to ``.NAME.PID.tmp`` in the same folder, flushed and
-    synced to disk, then renamed over ``NAME`` (``os.replace``, atomic on POSIX and
-    Windows), so a crash mid-write never leaves a torn checkpoint and a failed write
-    leaves the previous file whole. Under torch.distributed the policy saves on rank
+    ``save`` writes a local file atomically: to ``.NAME.PID.tmp`` in the same folder,
+    flushed and synced to disk, then renamed over ``NAME`` (``os.replace``, atomic on
+    POSIX and Windows), so a crash mid-write never leaves a torn checkpoint and a
+    failed write leaves the previous file whole. Other filesystems are written in
+    one ``open(path, "wb")`` of the serialized bytes: object stores (s3, gcs) make an
+    object visible only when its upload completes, and a rename there is a copy, no
+    more atomic than the write. Under torch.distributed the policy saves on rank
     0 alone (``written_on_rank_zero``) and every rank loads: the files must be on a
     filesystem every rank sees (``exists_on_every_rank`` says when they are not)."""
 
-    def save(self, checkpoint: Mapping[str, Any], *paths: Path) -> None:
-        """Write ``checkpoint`` (serialized once) to each of ``paths``, atomically,
-        making their folders."""
+    def save(self, checkpoint: Mapping[str, Any], *paths: StoragePath) -> None:
+        """Write ``checkpoint`` (serialized once) to each of ``paths``, atomically
+        where the filesystem allows, making their folders."""
         import torch
 
         buffer = io.BytesIO()
         torch.save(checkpoint, buffer)
         data = buffer.getvalue()
         for path in paths:
+            if isinstance(path, RemotePath):
+                path.fs.makedirs(path.parent.path, exist_ok=True)
+                with path.fs.open(path.path, "wb") as f:
+                    f.write(data)
+                continue
             path.parent.mkdir(parents=True, exist_ok=True)
             self.write_atomically(path, data)
 
@@ -61,17 +136,23 @@ class CheckpointIO:
         finally:
             tmp.unlink(missing_ok=True)
 
-    def load(self, path: Path, map_location: Any = None, weights_only: bool = True) -> Any:
+    def load(self, path: StoragePath, map_location: Any = None, weights_only: bool = True) -> Any:
         """What ``save`` wrote to ``path`` (``torch.load``), its tensors onto ``map_location``."""
         import torch
 
+        if isinstance(path, RemotePath):
+            with path.fs.open(path.path, "rb") as f:
+                data = f.read()
+            return torch.load(io.BytesIO(data), map_location=map_location, weights_only=weights_only)
         return torch.load(path, map_location=map_location, weights_only=weights_only)
 
-    def exists(self, path: Path) -> bool:
+    def exists(self, path: StoragePath) -> bool:
         """Is there a checkpoint file at ``path``?"""
+        if isinstance(path, RemotePath):
+            return bool(path.fs.isfile(path.path))
         return path.is_file()
 
-    def exists_on_every_rank(self, path: Path | None, where: str) -> bool:
+    def exists_on_every_rank(self, path: StoragePath | None, where: str) -> bool:
         """``exists(path)`` (False for None); under torch.distributed the same answer on
         every rank (a collective: every rank loads it, or none), a file that only some
         ranks see being an error naming them."""
@@ -86,8 +167,12 @@ class CheckpointIO:
                             f"Put it on a filesystem every rank shares.")
         return bool(seen)
 
-    def remove(self, path: Path) -> None:
+    def remove(self, path: StoragePath) -> None:
         """Delete the file at ``path``; one already gone is no error."""
+        if isinstance(path, RemotePath):
+            if path.fs.exists(path.path):
+                path.fs.rm(path.path)
+            return
         path.unlink(missing_ok=True)
 
 
