@@ -30,10 +30,12 @@ class Failed(RuntimeError):
 
 
 def build(hw: Any, ht: Any, ckpt_dir: str, fail_at: int | None = None,
-          after_step: Callable[[int], None] | None = None, **checkpoint: Any) -> Any:
+          after_step: Callable[[int], None] | None = None, wrap: Callable[[Any], Any] | None = None,
+          device: str = "cpu", **checkpoint: Any) -> Any:
     """A fresh run with ``Checkpoint(ckpt_dir, **checkpoint)`` attached last; seeded
     the same every time it is built. Step ``fail_at`` (1-based) raises ``Failed``;
-    ``after_step(n)`` runs after step ``n`` completes."""
+    ``after_step(n)`` runs after step ``n`` completes; ``wrap(model)`` (FSDP's
+    ``fully_shard``) before the optimizer is made."""
     import torch
     from torch import nn
 
@@ -43,7 +45,10 @@ def build(hw: Any, ht: Any, ckpt_dir: str, fail_at: int | None = None,
     teacher = torch.randn(4, 1, generator=gen)
     inputs = torch.randn(SAMPLES, 4, generator=gen)
     targets = inputs @ teacher + 0.5 * torch.randn(SAMPLES, 1, generator=gen)
-    model = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Dropout(0.2), nn.Linear(16, 1))
+    inputs, targets = inputs.to(device), targets.to(device)
+    model = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Dropout(0.2), nn.Linear(16, 1)).to(device)
+    if wrap is not None:
+        model = wrap(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.5)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=5, gamma=0.7)
 
@@ -124,6 +129,73 @@ def main(argv: list[str]) -> None:
     loop.fit(STEPS, start)
     torch.save(loop.model.state_dict(), out)
     print(f"done {loop.steps}", flush=True)
+
+
+def sharded(rank: int, world_size: int, init_file: str, out_dir: str, no_extensions: str,
+            timeout_s: float, device: str = "cpu") -> None:
+    """One rank of tests/torch/test_survive.py's FSDP tests: the loop's model
+    ``fully_shard``-ed over the ranks (gloo on the CPU, NCCL on ``device="cuda"``,
+    one GPU a rank), saved by Checkpoint in shards."""
+    from tests._ranks import rank_main
+
+    def train() -> dict[str, Any]:
+        import torch
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        import hookwrap as hw
+        import hookwrap.torch as ht
+
+        mesh = init_device_mesh(device, (world_size,))
+
+        def wrap(model: Any) -> Any:
+            for layer in model:
+                if isinstance(layer, torch.nn.Linear):
+                    fully_shard(layer, mesh=mesh)
+            return fully_shard(model, mesh=mesh)
+
+        def full(loop: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+            options = StateDictOptions(full_state_dict=True)
+            return get_state_dict(loop.model, loop.optimizer, options=options)  # type: ignore[return-value]
+
+        def equal(a: Any, b: Any) -> bool:
+            if isinstance(a, dict):
+                return isinstance(b, dict) and set(a) == set(b) and all(equal(a[k], b[k]) for k in a)
+            if isinstance(a, (list, tuple)):
+                return len(a) == len(b) and all(equal(x, y) for x, y in zip(a, b))
+            if isinstance(a, torch.Tensor):
+                return isinstance(b, torch.Tensor) and torch.equal(a, b)
+            return bool(a == b)
+
+        folder = os.path.join(out_dir, "run")
+        straight = build(hw, ht, os.path.join(out_dir, "straight"), wrap=wrap, device=device)
+        straight.fit(STEPS)
+        killed = build(hw, ht, folder, wrap=wrap, device=device, fail_at=15, every_n_steps=6)
+        try:
+            killed.fit(STEPS)
+        except Failed:
+            pass
+        saved_model, saved_optimizer = full(killed)  # after step 14: last.pt holds step 12
+        loaded = build(hw, ht, folder, wrap=wrap, device=device, every_n_steps=6)
+        at = resume(loaded, os.path.join(folder, "step=12.pt"))
+        resumed = build(hw, ht, folder, wrap=wrap, device=device, every_n_steps=6)
+        start = resume(resumed, "last")
+        resumed.fit(STEPS, start)
+        files = sorted(os.listdir(folder)) if rank == 0 else []
+        model_now, optimizer_now = full(loaded)
+        killed_twelve = build(hw, ht, os.path.join(out_dir, "twelve"), wrap=wrap, device=device)
+        killed_twelve.fit(12)
+        model_twelve, optimizer_twelve = full(killed_twelve)
+        return {"sharded": loaded.checkpoint.is_sharded(loaded.model), "at": at, "start": start,
+                "files": files, "shards": sorted(os.listdir(os.path.join(folder, "last.pt"))) if rank == 0 else [],
+                "round_trip_model": equal(model_now, model_twelve),
+                "round_trip_optimizer": equal(optimizer_now, optimizer_twelve),
+                "not_the_later_state": not equal(model_now, saved_model),
+                "resumed_equals_straight": equal(full(resumed)[0], full(straight)[0])}
+
+    rank_main(rank, world_size, init_file, out_dir, no_extensions, timeout_s, train,
+              "nccl" if device == "cuda" else "gloo")
 
 
 if __name__ == "__main__":

@@ -378,3 +378,71 @@ def test_a_url_without_fsspec_or_with_an_unknown_protocol_is_refused_when_made(h
     with pytest.raises(hw.HookError, match=r"BestCheckpoint\('memory://x/b.pt'\).*not installed"):
         ht.BestCheckpoint("memory://x/b.pt")
     ht.Checkpoint(tmp_path)  # a local path needs no fsspec
+
+
+# --- sharded: FSDP and torch.distributed.checkpoint -------------------------------------
+
+
+def _fully_shard_runs_here() -> bool:
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_gloo_available():
+        return False
+    try:
+        import torch.distributed.fsdp as fsdp
+    except ImportError:
+        return False
+    return hasattr(fsdp, "fully_shard")  # FSDP2
+
+
+@pytest.mark.skipif(not _fully_shard_runs_here(), reason="needs torch.distributed with gloo and FSDP2")
+def test_an_fsdp_model_is_saved_in_shards_by_every_rank_and_resumes_exactly(hw, tmp_path):
+    from tests._ranks import run_ranks
+
+    flag = "" if hw.USING_EXTENSION else "1"
+    results = run_ranks(worker.sharded, (2, str(tmp_path / "init"), str(tmp_path), flag, 120.0), 2, 300, tmp_path)
+    for rank in results:
+        assert rank["sharded"] and (rank["at"], rank["start"]) == (12, 12)
+        assert rank["round_trip_model"] and rank["round_trip_optimizer"] and rank["not_the_later_state"]
+        assert rank["resumed_equals_straight"]
+    assert results[0]["files"] == ["last.pt", "step=12.pt", "step=18.pt", "step=24.pt", "step=6.pt"]
+    # One folder a checkpoint: each rank's shard, DCP's metadata, the rest of the state.
+    assert results[0]["shards"] == [".metadata", "__0_0.distcp", "__1_0.distcp", "state.pt"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: FSDP over NCCL, one GPU a rank")
+def test_an_fsdp_model_on_gpus_is_saved_in_shards_and_resumes_exactly(hw, tmp_path):
+    if not (_fully_shard_runs_here() and torch.distributed.is_nccl_available()):
+        pytest.skip("needs torch.distributed with NCCL and FSDP2")
+    from tests._ranks import run_ranks
+
+    world = min(2, torch.cuda.device_count())
+    flag = "" if hw.USING_EXTENSION else "1"
+    results = run_ranks(worker.sharded, (world, str(tmp_path / "init"), str(tmp_path), flag, 120.0, "cuda"),
+                        world, 300, tmp_path)
+    for rank in results:
+        assert rank["sharded"] and (rank["at"], rank["start"]) == (12, 12)
+        assert rank["round_trip_model"] and rank["round_trip_optimizer"] and rank["not_the_later_state"]
+        assert rank["resumed_equals_straight"]
+    assert results[0]["shards"] == sorted([".metadata", "state.pt"] + [f"__{r}_0.distcp" for r in range(world)])
+
+
+def test_sharded_true_saves_a_plain_model_through_dcp_in_one_process(hw, ht, tmp_path):
+    pytest.importorskip("torch.distributed.checkpoint")
+    straight = worker.build(hw, ht, str(tmp_path / "straight"))
+    straight.fit(worker.STEPS)
+    first = worker.build(hw, ht, str(tmp_path / "run"), sharded=True, monitor="val_loss", save_top_k=1,
+                         fail_at=15)
+    with pytest.raises(worker.Failed):
+        first.fit(worker.STEPS)
+    names = sorted(os.listdir(tmp_path / "run"))
+    assert names == ["best-epoch=0-step=12.pt"]  # save_last=True: last.pt comes at the end of fit only
+    assert sorted(os.listdir(tmp_path / "run" / names[0])) == [".metadata", "__0_0.distcp", "state.pt"]
+    resumed = worker.build(hw, ht, str(tmp_path / "run"), sharded=True, monitor="val_loss", save_top_k=1)
+    assert worker.resume(resumed, str(tmp_path / "run" / names[0])) == 12
+    resumed.fit(worker.STEPS, 12)
+    assert _same_weights(resumed, straight)
+    # The top-k evicted the earlier best folders; the last one is a folder too.
+    assert sorted(os.listdir(tmp_path / "run")) == [f"best-epoch=0-step={worker.STEPS}.pt", "last.pt"]
+    with pytest.raises(hw.HookError, match=r"sharded must be True, False or None"):
+        ht.Checkpoint(tmp_path, sharded="yes")

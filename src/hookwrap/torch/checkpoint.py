@@ -158,6 +158,19 @@ class BestCheckpoint(MonitoredCallback):
                  checkpoint.get("value", float("nan")), checkpoint.get("step"))
 
 
+def _is_fsdp(model: Any) -> bool:
+    """Is ``model`` wrapped by FSDP (2: ``fully_shard``, or 1)? Only asked where torch.distributed is."""
+    import sys
+
+    if "torch.distributed.fsdp" not in sys.modules:
+        return False  # never imported: nothing is wrapped by it
+    from torch.distributed import fsdp
+
+    kinds = tuple(kind for kind in (getattr(fsdp, "FSDPModule", None), getattr(fsdp, "FullyShardedDataParallel", None))
+                  if isinstance(kind, type))
+    return bool(kinds) and isinstance(model, kinds)
+
+
 def _device_of(model: Any) -> Any:
     """Where the model's parameters live (the first one's device), else the CPU."""
     import torch
@@ -226,7 +239,7 @@ class Checkpoint(MonitoredCallback):
                  event: str = DefaultEvent("evaluate"), epoch_event: str | None = DefaultEvent("epoch"),
                  fit_event: str | None = DefaultEvent("fit"),
                  step_event: str | None = DefaultEvent("step"), on_exception: bool = False,
-                 on_signal: Any = None) -> None:
+                 on_signal: Any = None, sharded: bool | None = None) -> None:
         where = f"Checkpoint({str(dir)!r})"
         if not isinstance(dir, (str, os.PathLike)) or not str(dir):
             raise HookError(f"{where}: dir must be a folder path, got {dir!r}.")
@@ -242,6 +255,10 @@ class Checkpoint(MonitoredCallback):
         if not isinstance(on_exception, bool):
             raise HookError(f"{where}: on_exception must be True or False, got {on_exception!r}.")
         self.on_exception = on_exception
+        if sharded is not None and not isinstance(sharded, bool):
+            raise HookError(f"{where}: sharded must be True, False or None (sharded when the model is "
+                            f"FSDP-wrapped), got {sharded!r}.")
+        self.sharded = sharded
         self.on_signal = None if on_signal is None else signal_numbers(on_signal, where)
         self._caught = None if self.on_signal is None else Caught(self.on_signal, where)
         if resume_from is not None and not isinstance(resume_from, (str, os.PathLike)):
@@ -527,6 +544,14 @@ class Checkpoint(MonitoredCallback):
             if self._caught is not None:
                 self._caught.restore()
 
+    def is_sharded(self, model: Any) -> bool:
+        """Is ``model`` saved in shards (``torch.distributed.checkpoint``)? As
+        ``sharded`` says; by default when it is FSDP-wrapped (``fully_shard`` or
+        ``FullyShardedDataParallel``)."""
+        if self.sharded is not None:
+            return self.sharded
+        return _is_fsdp(model)
+
     def _counting(self, target: Any) -> list[Any]:
         """The other callbacks attached to ``target`` that count this one's steps."""
         found: list[Any] = []
@@ -593,10 +618,20 @@ class Checkpoint(MonitoredCallback):
         found = self._objects(obj, model, optimizer, scheduler)
         if found["model"] is None:
             raise HookError(f"{self.where}: no model to save; pass model= the module or its attribute name.")
-        state: dict[str, Any] = {"model": found["model"].state_dict()}
-        for what in ("optimizer", "scheduler"):
-            if found[what] is not None:
-                state[what] = found[what].state_dict()
+        if self.is_sharded(found["model"]):
+            # Each rank's shards, for torch.distributed.checkpoint; the rest as usual.
+            from torch.distributed.checkpoint.state_dict import get_state_dict
+
+            optimizer = found["optimizer"]
+            model_state, optimizer_state = get_state_dict(found["model"], optimizer if optimizer is not None else [])
+            shards = {"model": model_state} | ({"optimizer": optimizer_state} if optimizer is not None else {})
+            state: dict[str, Any] = {"sharded": shards}
+        else:
+            state = {"model": found["model"].state_dict()}
+            if found["optimizer"] is not None:
+                state["optimizer"] = found["optimizer"].state_dict()
+        if found["scheduler"] is not None:
+            state["scheduler"] = found["scheduler"].state_dict()
         if rng is None:
             rng = self._rng_now()
         state.update(step=self.step, epoch=self.epoch, rng=gather_ranks(rng),
@@ -612,9 +647,14 @@ class Checkpoint(MonitoredCallback):
         self._pending.clear()
         evicted, self._evicted = self._evicted, []
         state = self.checkpoint(obj, rng=rng)  # a collective under torch.distributed: every rank
+        shards = state.pop("sharded", None)
+        if shards is not None:
+            state["sharded"] = sorted(shards)  # what the folder's shards hold
+            self.io.save_sharded(state, shards, [self.dir / name for name in names], self.where)  # every rank
         with written_on_rank_zero(self.where, f"{', '.join(names)} at step {self.step}"):
             if is_rank_zero():
-                self.io.save(state, *(self.dir / name for name in names))
+                if shards is None:
+                    self.io.save(state, *(self.dir / name for name in names))
                 self.saved += len(names)
                 for name in evicted:
                     self.io.remove(self.dir / name)
@@ -703,24 +743,29 @@ class Checkpoint(MonitoredCallback):
                             f"generators as when it was saved.")
         # What can fail is checked before anything is loaded: a resume that fails
         # leaves the model, the optimizer and the callbacks as they were.
+        shards = list(state.get("sharded", ()))  # a sharded checkpoint: what its shards hold
         for what in ("optimizer", "scheduler"):
-            if found[what] is not None and what not in state:
+            if found[what] is not None and what not in state and what not in shards:
                 raise HookError(f"{self.where}: {str(file)!r} holds no {what} state to restore; "
                                 f"pass {what}=None to restore without it.")
-        _check_fits(found["model"], state["model"], f"{self.where}: {str(file)!r}")
+        if not shards:
+            _check_fits(found["model"], state["model"], f"{self.where}: {str(file)!r}")
         target = obj if obj is not None else self._target
         before = _callback_state(target) if target is not None else None
         if target is not None:  # all or nothing (load_callback_state)
             _load_callback_state(target, self._own_state(state["callbacks"]), strict)
         try:
+            if shards:  # every rank reads its own shards (a collective)
+                self.io.load_sharded(file, found["model"], found["optimizer"])
             for what in ("optimizer", "scheduler"):
-                if found[what] is not None:
+                if found[what] is not None and not (what in shards):
                     found[what].load_state_dict(state[what])
         except Exception:
             if target is not None and before is not None:
                 _load_callback_state(target, before, strict=False)
             raise
-        found["model"].load_state_dict(state["model"])
+        if not shards:
+            found["model"].load_state_dict(state["model"])
         self.step, self.epoch = int(state["step"]), int(state["epoch"])
         set_rng_state(rng)
         for generator, generator_state in zip(self.generators, saved_generators):

@@ -14,10 +14,12 @@ through ``fsspec`` where it is installed (torch depends on it); another storage
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import sys
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Union
 
@@ -136,9 +138,73 @@ class CheckpointIO:
         finally:
             tmp.unlink(missing_ok=True)
 
+    # --- sharded: torch.distributed.checkpoint ----------------------------------------
+
+    def save_sharded(self, state: Mapping[str, Any], sharded: dict[str, Any], paths: list[StoragePath],
+                     where: str) -> None:
+        """A sharded checkpoint at each of ``paths``, a folder: ``sharded`` (the model's
+        and optimizer's state from ``get_state_dict``) written by
+        ``torch.distributed.checkpoint.save``, each rank its own shards (a collective:
+        every rank calls this), and ``state`` (everything else) as ``state.pt``, from
+        rank 0. Written into ``.NAME.tmp`` beside the folder, then swapped in: the old
+        folder renamed aside, the new one renamed over, the old one deleted, so a crash
+        leaves one whole checkpoint under ``NAME`` or ``.NAME.old``."""
+        import shutil
+
+        from torch.distributed.checkpoint.state_dict_saver import save
+
+        from .distributed import written_on_rank_zero
+
+        local = [path for path in paths if isinstance(path, Path)]
+        if len(local) != len(paths):
+            raise HookError(f"{where}: a sharded checkpoint (torch.distributed.checkpoint) is written to a "
+                            f"local folder; {', '.join(str(p) for p in paths if p not in local)} is a URL. "
+                            f"Pass a local path every rank shares.")
+        rank_zero = process_rank() == 0
+        first = local[0]
+        tmp = first.with_name(f".{first.name}.tmp")  # one name on every rank: they write together
+        with written_on_rank_zero(where, f"the folder for {first.name}"):
+            if rank_zero:
+                shutil.rmtree(tmp, ignore_errors=True)  # a crashed write's
+                tmp.mkdir(parents=True)
+        with _one_process_is_meant():
+            save(sharded, checkpoint_id=tmp)
+        with written_on_rank_zero(where, f"{', '.join(p.name for p in local)}"):
+            if rank_zero:
+                import torch
+
+                buffer = io.BytesIO()
+                torch.save(dict(state), buffer)
+                self.write_atomically(tmp / "state.pt", buffer.getvalue())
+                for path in local[1:]:
+                    copy = path.with_name(f".{path.name}.tmp")
+                    shutil.rmtree(copy, ignore_errors=True)
+                    shutil.copytree(tmp, copy)
+                    _swap_in(copy, path)
+                _swap_in(tmp, first)
+
+    def load_sharded(self, path: StoragePath, model: Any, optimizer: Any) -> None:
+        """Load what ``save_sharded`` wrote at ``path`` into ``model`` (and
+        ``optimizer``): each rank reads the shards it holds (a collective)."""
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+        from torch.distributed.checkpoint.state_dict_loader import load
+
+        model_state, optimizer_state = get_state_dict(model, optimizer if optimizer is not None else [])
+        target: dict[str, Any] = {"model": model_state}
+        if optimizer is not None:
+            target["optimizer"] = optimizer_state
+        with _one_process_is_meant():
+            load(target, checkpoint_id=path)
+        set_state_dict(model, optimizer if optimizer is not None else [], model_state_dict=target["model"],
+                       optim_state_dict=target.get("optimizer", {}))
+
     def load(self, path: StoragePath, map_location: Any = None, weights_only: bool = True) -> Any:
-        """What ``save`` wrote to ``path`` (``torch.load``), its tensors onto ``map_location``."""
+        """What ``save`` wrote to ``path`` (``torch.load``), its tensors onto ``map_location``;
+        of a sharded checkpoint (a folder), its ``state.pt``."""
         import torch
+
+        if isinstance(path, Path) and path.is_dir():
+            path = path / "state.pt"
 
         if isinstance(path, RemotePath):
             with path.fs.open(path.path, "rb") as f:
@@ -150,7 +216,7 @@ class CheckpointIO:
         """Is there a checkpoint file at ``path``?"""
         if isinstance(path, RemotePath):
             return bool(path.fs.isfile(path.path))
-        return path.is_file()
+        return path.is_file() or (path / ".metadata").is_file()  # a file, or a sharded folder
 
     def exists_on_every_rank(self, path: StoragePath | None, where: str) -> bool:
         """``exists(path)`` (False for None); under torch.distributed the same answer on
@@ -173,7 +239,37 @@ class CheckpointIO:
             if path.fs.exists(path.path):
                 path.fs.rm(path.path)
             return
+        if path.is_dir():
+            import shutil
+
+            shutil.rmtree(path, ignore_errors=True)
+            return
         path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _one_process_is_meant() -> Iterator[None]:
+    """Around a DCP save or load: without torch.distributed, one process is what
+    ``sharded=True`` meant, so DCP's warning that it assumes so is not shown."""
+    with warnings.catch_warnings():
+        if not is_distributed():
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
+        yield
+
+
+def _swap_in(new: Path, path: Path) -> None:
+    """The folder ``new`` renamed to ``path``, over a folder (or file) there: the old one
+    renamed aside first (a folder cannot be renamed over a full one), deleted after."""
+    import shutil
+
+    old = path.with_name(f".{path.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if path.is_dir():
+        os.replace(path, old)
+    elif path.exists():
+        path.unlink()
+    os.replace(new, path)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def rng_state() -> dict[str, Any]:
