@@ -198,6 +198,41 @@ def sharded(rank: int, world_size: int, init_file: str, out_dir: str, no_extensi
               "nccl" if device == "cuda" else "gloo")
 
 
+def signalled(rank: int, world_size: int, init_file: str, out_dir: str, no_extensions: str,
+              timeout_s: float) -> None:
+    """One rank of tests/torch/test_survive.py's distributed signal test: a DDP run
+    watching SIGUSR1, which only rank 1 gets, after its step 5."""
+    from tests._ranks import rank_main
+
+    def train() -> dict[str, Any]:
+        import signal
+
+        import torch
+        from torch.nn.parallel import DistributedDataParallel
+
+        import hookwrap as hw
+        import hookwrap.torch as ht
+
+        handed_on: list[int] = []
+
+        def after_step(n: int) -> None:
+            if n == 5 and rank == 1:
+                signal.raise_signal(signal.SIGUSR1)
+
+        previous = signal.signal(signal.SIGUSR1, lambda signum, frame: handed_on.append(signum))
+        try:
+            loop = build(hw, ht, os.path.join(out_dir, "run"), after_step=after_step, wrap=DistributedDataParallel,
+                         on_signal="SIGUSR1")
+            loop.fit(STEPS)
+        finally:
+            signal.signal(signal.SIGUSR1, previous)
+        saved = torch.load(os.path.join(out_dir, "run", "signal.pt"), weights_only=True)
+        return {"handed_on": handed_on, "saved_step": saved["step"], "steps": loop.steps,
+                "weights": [p.detach().flatten().tolist() for p in loop.model.parameters()]}
+
+    rank_main(rank, world_size, init_file, out_dir, no_extensions, timeout_s, train)
+
+
 if __name__ == "__main__":
     os.environ.setdefault("HOOKWRAP_NO_EXTENSIONS", "")
     main(sys.argv[1:])

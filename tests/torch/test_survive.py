@@ -281,6 +281,23 @@ def test_on_signal_installs_in_the_main_thread_only_and_checks_its_settings(hw, 
         Steps().add_callback(ht.Checkpoint(tmp_path, on_signal=signal.SIGTERM))
 
 
+@pytest.mark.skipif(not (torch.distributed.is_available() and torch.distributed.is_gloo_available()),
+                    reason="needs torch.distributed with gloo")
+def test_a_signal_one_rank_gets_is_saved_by_every_rank_after_the_same_step(hw, tmp_path):
+    import signal
+
+    from tests._ranks import run_ranks
+
+    flag = "" if hw.USING_EXTENSION else "1"
+    results = run_ranks(worker.signalled, (2, str(tmp_path / "init"), str(tmp_path), flag, 120.0), 2, 300, tmp_path)
+    # Rank 1 alone got it; both agreed after step 5, saved together (rank 0 wrote),
+    # and both handed it on (the previous handlers returned: the run went on).
+    assert [r["handed_on"] for r in results] == [[signal.SIGUSR1], [signal.SIGUSR1]]
+    assert [r["saved_step"] for r in results] == [5, 5] and [r["steps"] for r in results] == [24, 24]
+    assert results[0]["weights"] == results[1]["weights"]
+    assert sorted(os.listdir(tmp_path / "run")) == ["last.pt", "signal.pt"]
+
+
 # --- fsspec paths -----------------------------------------------------------------------
 
 
