@@ -249,6 +249,23 @@ def test_the_default_action_ends_the_run_with_systemexit_and_the_handlers_come_b
     assert sorted(os.listdir(tmp_path)) == ["last.pt", "signal.pt"]  # no exception.pt for the exit
 
 
+def test_a_signal_save_that_fails_is_logged_and_the_signal_still_ends_the_run(hw, ht, tmp_path, caplog):
+    import signal
+
+    def after_step(n: int) -> None:
+        if n == 2:
+            signal.raise_signal(signal.SIGTERM)
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    loop = worker.build(hw, ht, str(blocker / "sub"), after_step=after_step, on_signal=signal.SIGTERM)
+    with caplog.at_level(logging.INFO, logger="hookwrap"), pytest.raises(SystemExit) as ended:
+        loop.fit(worker.STEPS)
+    assert ended.value.code == 128 + signal.SIGTERM and loop.steps == 2
+    assert "SIGTERM received; saving the run after step 2 failed" in caplog.text
+    assert isinstance(ended.value.__context__, OSError)
+
+
 def test_on_signal_installs_in_the_main_thread_only_and_checks_its_settings(hw, ht, tmp_path):
     import signal
     import threading

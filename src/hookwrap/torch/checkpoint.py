@@ -228,6 +228,18 @@ class Checkpoint(MonitoredCallback):
     back into all of them; see its docstring. Under torch.distributed rank 0
     writes and every rank waits for the write; every rank restores, onto its
     model's device.
+
+    Surviving what ends a run (docs/guide/resuming.md):
+
+    * ``on_exception=True``: when ``fit`` raises, ``exception.pt`` (and ``last.pt``)
+      holds the run after its last completed step, then the exception goes on;
+    * ``on_signal=(signal.SIGTERM,)``: a handler that only notes the signal while
+      ``fit`` runs; after the step in progress, ``signal.pt`` (and ``last.pt``), then
+      the signal is handed on (the previous Python handler, else
+      ``SystemExit(128 + signum)``);
+    * ``dir`` may be a URL (``s3://``, ``memory://``) opened with fsspec;
+    * an FSDP-wrapped model (or any, with ``sharded=True``) is saved in shards by
+      ``torch.distributed.checkpoint``: each checkpoint a folder of that name.
     """
 
     def __init__(self, dir: str | os.PathLike[str], monitor: str | None = None, mode: str = "min",
@@ -529,8 +541,16 @@ class Checkpoint(MonitoredCallback):
         self._pending.add("signal.pt")
         if self.save_last:
             self._pending.add("last.pt")
-        self._write(obj)
         self._interrupted = True
+        try:
+            self._write(obj)
+        except Exception as failure:
+            # The platform still ends the process: the signal goes on, the failure is logged
+            # (and is the context of what finish raises).
+            log.error("%s: %s received; saving the run after step %d failed: %r", self.where, name, self.step,
+                      failure)
+            self._caught.finish(signum)
+            raise
         log.info("%s: %s received; saved the run after step %d, handing the signal on", self.where, name,
                  self.step)
         self._caught.finish(signum)
@@ -574,14 +594,12 @@ class Checkpoint(MonitoredCallback):
             log.warning("%s: %s raised; not saved: %s", self.where, what, why)
             add_note_once(exception, f"{self.where}: no checkpoint saved on this exception: {why}.")
             return
-        uncounted: list[Any] = []
         try:
             if self._counts_completed and self.step > self._completed:
                 # The step that raised never completed: every callback counting it as
                 # started (EarlyStopping's step, ...) is saved as before it, so that its
                 # rerun after the resume counts it once.
-                uncounted = self._counting(obj if obj is not None else self._target)
-                for cb in uncounted:
+                for cb in self._counting(obj if obj is not None else self._target):
                     cb.step -= self.step - self._completed
                 self.step = self._completed
             rng = portable_rng(self._rng_completed) if self._rng_completed is not None else self._rng_now()
@@ -759,7 +777,7 @@ class Checkpoint(MonitoredCallback):
             if shards:  # every rank reads its own shards (a collective)
                 self.io.load_sharded(file, found["model"], found["optimizer"])
             for what in ("optimizer", "scheduler"):
-                if found[what] is not None and not (what in shards):
+                if found[what] is not None and what not in shards:
                     found[what].load_state_dict(state[what])
         except Exception:
             if target is not None and before is not None:
