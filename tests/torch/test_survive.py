@@ -361,6 +361,8 @@ def test_a_memory_url_saves_keeps_the_top_k_and_resumes(hw, ht, memory_url):
                                          "last.pt", "step=8.pt"]
     assert str(first.checkpoint.best_path) == f"{memory_url}/best-epoch=0-step=4.pt"
     assert str(first.checkpoint.dir) == memory_url and first.checkpoint.where == f"Checkpoint({memory_url!r})"
+    assert sorted(path.name for path in first.checkpoint.dir.iterdir()) == _memory_names(memory_url)
+    assert first.checkpoint.dir.is_dir() and (first.checkpoint.dir / "last.pt").is_file()
 
     resumed = worker.build(hw, ht, memory_url, monitor="val_loss", mode="max", save_top_k=2, every_n_steps=8,
                            on_exception=True)

@@ -34,7 +34,9 @@ __all__ = ["CheckpointIO", "RemotePath", "StoragePath", "gather_ranks", "of_this
 class RemotePath:
     """A path on an ``fsspec`` filesystem other than the local one: ``fs`` and the
     ``path`` on it, shown (``str``) as the URL it was given as. ``/`` joins a name,
-    as on a ``pathlib.Path``."""
+    and ``name``, ``parent``, ``exists()``, ``is_file()``, ``is_dir()`` and
+    ``iterdir()`` are those of a ``pathlib.Path``, so that ``checkpoint.dir`` reads
+    the same either way."""
 
     __slots__ = ("fs", "path", "protocol")
 
@@ -51,6 +53,20 @@ class RemotePath:
     @property
     def parent(self) -> RemotePath:
         return RemotePath(self.fs, self.path.rstrip("/").rpartition("/")[0] or "/", self.protocol)
+
+    def exists(self) -> bool:
+        return bool(self.fs.exists(self.path))
+
+    def is_file(self) -> bool:
+        return bool(self.fs.isfile(self.path))
+
+    def is_dir(self) -> bool:
+        return bool(self.fs.isdir(self.path))
+
+    def iterdir(self) -> Iterator[RemotePath]:
+        """What the folder holds, as ``Path.iterdir`` gives it."""
+        for entry in self.fs.ls(self.path, detail=False):
+            yield RemotePath(self.fs, str(entry), self.protocol)
 
     def __str__(self) -> str:
         return f"{self.protocol}://{self.path.lstrip('/')}"
@@ -239,10 +255,10 @@ class CheckpointIO:
             if path.fs.exists(path.path):
                 path.fs.rm(path.path)
             return
-        if path.is_dir():
+        if path.is_dir():  # a sharded checkpoint
             import shutil
 
-            shutil.rmtree(path, ignore_errors=True)
+            shutil.rmtree(path)
             return
         path.unlink(missing_ok=True)
 
