@@ -36,14 +36,19 @@ def run_ranks(worker: Callable[..., None], args: tuple[Any, ...], world: int, de
 
 
 def rank_main(rank: int, world_size: int, init_file: str, out_dir: str, no_extensions: str,
-              timeout_s: float, train: Callable[[], Any]) -> None:
+              timeout_s: float, train: Callable[[], Any], backend: str = "gloo") -> None:
     """One spawned rank: the dispatch chosen by ``no_extensions`` (before hookwrap is
-    imported), a gloo group, ``train()``'s result written to ``rank-<rank>.json``."""
+    imported), a gloo group (or ``backend``'s: ``"nccl"``, one GPU a rank),
+    ``train()``'s result written to ``rank-<rank>.json``."""
     os.environ["HOOKWRAP_NO_EXTENSIONS"] = no_extensions
     import torch.distributed as dist
 
     # A collective some rank never joins raises after timeout_s instead of hanging.
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
+    if backend == "nccl":
+        import torch
+
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank,
                             world_size=world_size, timeout=datetime.timedelta(seconds=timeout_s))
     try:
         result = train()

@@ -9,18 +9,20 @@ import functools
 import logging
 import math
 import os
+import signal
 import types
 import warnings
-from pathlib import Path
 from typing import Any, Callable, Literal, overload
 
-from ..errors import HookError, HookwrapWarning
+from ..errors import HookError, HookwrapWarning, add_note_once
 from .. import callback_state, load_callback_state
 from ..extend import JoinPointInfo, is_join_point, per_join_point, reader, stateful_callbacks
-from ._attach import COUNT, NUMBER_OR_NONE, DefaultEvent, Saved, from_object, is_rank_zero, saved, whole_number
+from ._attach import COUNT, NUMBER_OR_NONE, CountingCallback, DefaultEvent, Saved, from_object, is_rank_zero, saved, whole_number
 from ._best import MonitoredCallback
-from .checkpoint_io import CheckpointIO, gather_ranks, of_this_rank, rng_state, set_rng_state
-from .distributed import written_on_rank_zero
+from .checkpoint_io import (CheckpointIO, RemotePath, StoragePath, gather_ranks, of_this_rank, portable_rng,
+                            rng_state, set_rng_state, storage_path)
+from ._signals import Caught, signal_numbers
+from .distributed import is_distributed, per_rank, written_on_rank_zero
 from .readback import settle
 
 log = logging.getLogger(__name__)  # under "hookwrap": saves, restores and resumes, at INFO
@@ -56,7 +58,7 @@ class BestCheckpoint(MonitoredCallback):
                  event: str = "evaluate", model: Any = "model", optimizer: Any = "optimizer",
                  restore_best: bool = False, min_delta: float = 0.0, fit_event: str = "fit",
                  step_event: str | None = DefaultEvent("step")) -> None:
-        self.path = Path(path)
+        self.path = storage_path(path, f"BestCheckpoint({os.fspath(path)!r})")
         self.io = CheckpointIO()  # the files: written, read and found through it
         self.model, self.optimizer = model, optimizer
         self.restore_best, self.fit_event = restore_best, fit_event
@@ -156,6 +158,19 @@ class BestCheckpoint(MonitoredCallback):
                  checkpoint.get("value", float("nan")), checkpoint.get("step"))
 
 
+def _is_fsdp(model: Any) -> bool:
+    """Is ``model`` wrapped by FSDP (2: ``fully_shard``, or 1)? Only asked where torch.distributed is."""
+    import sys
+
+    if "torch.distributed.fsdp" not in sys.modules:
+        return False  # never imported: nothing is wrapped by it
+    from torch.distributed import fsdp
+
+    kinds = tuple(kind for kind in (getattr(fsdp, "FSDPModule", None), getattr(fsdp, "FullyShardedDataParallel", None))
+                  if isinstance(kind, type))
+    return bool(kinds) and isinstance(model, kinds)
+
+
 def _device_of(model: Any) -> Any:
     """Where the model's parameters live (the first one's device), else the CPU."""
     import torch
@@ -213,6 +228,18 @@ class Checkpoint(MonitoredCallback):
     back into all of them; see its docstring. Under torch.distributed rank 0
     writes and every rank waits for the write; every rank restores, onto its
     model's device.
+
+    Surviving what ends a run (docs/guide/resuming.md):
+
+    * ``on_exception=True``: when ``fit`` raises, ``exception.pt`` (and ``last.pt``)
+      holds the run after its last completed step, then the exception goes on;
+    * ``on_signal=(signal.SIGTERM,)``: a handler that only notes the signal while
+      ``fit`` runs; after the step in progress, ``signal.pt`` (and ``last.pt``), then
+      the signal is handed on (the previous Python handler, else
+      ``SystemExit(128 + signum)``);
+    * ``dir`` may be a URL (``s3://``, ``memory://``) opened with fsspec;
+    * an FSDP-wrapped model (or any, with ``sharded=True``) is saved in shards by
+      ``torch.distributed.checkpoint``: each checkpoint a folder of that name.
     """
 
     def __init__(self, dir: str | os.PathLike[str], monitor: str | None = None, mode: str = "min",
@@ -223,19 +250,29 @@ class Checkpoint(MonitoredCallback):
                  resume_from: str | os.PathLike[str] | None = None,
                  event: str = DefaultEvent("evaluate"), epoch_event: str | None = DefaultEvent("epoch"),
                  fit_event: str | None = DefaultEvent("fit"),
-                 step_event: str | None = DefaultEvent("step")) -> None:
+                 step_event: str | None = DefaultEvent("step"), on_exception: bool = False,
+                 on_signal: Any = None, sharded: bool | None = None) -> None:
         where = f"Checkpoint({str(dir)!r})"
         if not isinstance(dir, (str, os.PathLike)) or not str(dir):
             raise HookError(f"{where}: dir must be a folder path, got {dir!r}.")
         if monitor is not None and not (isinstance(monitor, str) and monitor):
             raise HookError(f"{where}: monitor must be the name of a value, or None, got {monitor!r}.")
-        self.dir = Path(dir)
+        self.dir = storage_path(dir, where)
         self.io = CheckpointIO()  # the files: written, read, found and removed through it
         self.save_top_k = whole_number(save_top_k, "save_top_k", where)
         self.every_n_steps = None if every_n_steps is None else whole_number(every_n_steps, "every_n_steps", where)
         self.every_n_epochs = None if every_n_epochs is None else whole_number(every_n_epochs, "every_n_epochs", where)
         if not isinstance(save_last, bool):
             raise HookError(f"{where}: save_last must be True or False, got {save_last!r}.")
+        if not isinstance(on_exception, bool):
+            raise HookError(f"{where}: on_exception must be True or False, got {on_exception!r}.")
+        self.on_exception = on_exception
+        if sharded is not None and not isinstance(sharded, bool):
+            raise HookError(f"{where}: sharded must be True, False or None (sharded when the model is "
+                            f"FSDP-wrapped), got {sharded!r}.")
+        self.sharded = sharded
+        self.on_signal = None if on_signal is None else signal_numbers(on_signal, where)
+        self._caught = None if self.on_signal is None else Caught(self.on_signal, where)
         if resume_from is not None and not isinstance(resume_from, (str, os.PathLike)):
             raise HookError(f"{where}: resume_from must be 'last', 'best' or a file path, got {resume_from!r}.")
         if monitor is None and save_top_k != 1:
@@ -261,6 +298,12 @@ class Checkpoint(MonitoredCallback):
         self._held: dict[str, Any] = {}  # model/optimizer/scheduler read at pre-fit/pre-epoch
         self._target: Any = None
         self._defer = True  # write at the next boundary; at once on a target without fit
+        # on_exception: the steps completed (whose post-step ran) and the RNG states then,
+        # the state a save on an exception holds (the step that raised never completed).
+        self._completed = 0
+        self._rng_completed: dict[str, Any] | None = None
+        self._interrupted = False  # saved on a signal or an exception in this fit already
+        self._counts_completed = False  # a post-step keeps _completed (on_exception, on_signal)
         super().__init__(monitor or "", mode, min_delta, event, step_event)
         self.monitor: str | None = monitor  # type: ignore[assignment]
 
@@ -270,14 +313,15 @@ class Checkpoint(MonitoredCallback):
 
     @property
     def state_key(self) -> str:
-        return f"Checkpoint[{os.path.abspath(self.dir)}]"  # one spelling of the folder
+        # One spelling of the folder (a URL is one already).
+        return f"Checkpoint[{self.dir if isinstance(self.dir, RemotePath) else os.path.abspath(self.dir)}]"
 
     @property
-    def last_path(self) -> Path:
+    def last_path(self) -> StoragePath:
         return self.dir / "last.pt"
 
     @property
-    def best_path(self) -> Path | None:
+    def best_path(self) -> StoragePath | None:
         """The best of the top-k files, or None before any."""
         return self.dir / self.top_k[0][2] if self.top_k else None
 
@@ -309,7 +353,21 @@ class Checkpoint(MonitoredCallback):
             raise HookError(f"{self.where}: resume_from restores at the start of fit, and the target has "
                             f"no {self.fit_event!r}. Pass fit_event=, or call checkpoint.resume(obj).")
         if wants_fit:
+            pairs.append((f"pre-{self.fit_event}", reader(self._fit_started, "pre-")))
             pairs.append((f"post-{self.fit_event}", reader(self._fit_ended, "post-")))
+            pairs.append((f"error-{self.fit_event}", reader(self._fit_failed, "error-", "exception")))
+        self._counts_completed = (self.on_exception or self.on_signal is not None) \
+            and self.wants(target, self.step_event)
+        if self.on_signal is not None and not (wants_fit and self._counts_completed):
+            raise HookError(f"{self.where}: on_signal installs its handlers when fit starts and saves after "
+                            f"a step; the target lacks {self.fit_event!r} or {self.step_event!r}. Pass "
+                            f"fit_event= and step_event= the join points of the run and of one step.")
+        if self.on_exception and not wants_fit:
+            if not self._counts_completed:
+                raise HookError(f"{self.where}: on_exception saves when the run raises, and the target has "
+                                f"neither {self.fit_event!r} nor {self.step_event!r}. Pass fit_event= or "
+                                f"step_event=.")
+            pairs.append((f"error-{self.step_event}", reader(self._fit_failed, "error-", "exception")))
         return pairs
 
     def _holders(self, event: str) -> list[tuple[str, Callable[..., Any]]]:
@@ -368,6 +426,8 @@ class Checkpoint(MonitoredCallback):
         pairs = super().event_methods(target)
         if self.every_n_steps is not None and self.wants(target, self.step_event):
             pairs.append((f"post-{self.step_event}", reader(self._step_ended, "post-")))
+        if self._counts_completed:
+            pairs.append((f"post-{self.step_event}", reader(self._step_completed, "post-")))
         return pairs
 
     def _step_ended(self, obj: Any) -> None:
@@ -441,6 +501,122 @@ class Checkpoint(MonitoredCallback):
                 self._write(obj)
         finally:
             self._held.clear()
+            if self._caught is not None:
+                self._caught.restore()
+
+    # --- surviving: an exception, a termination signal ------------------------------------
+
+    def _rng_now(self, portable: bool = True) -> dict[str, Any]:
+        rng = rng_state(portable)
+        rng["generators"] = [generator.get_state() for generator in self.generators]
+        return rng
+
+    def _fit_started(self, obj: Any) -> None:
+        # After a resume_from restore (registered before): the state the run starts from.
+        self._completed, self._interrupted = self.step, False
+        if self.on_exception:
+            self._rng_completed = self._rng_now(portable=False)
+        if self._caught is not None:
+            self._caught.install()
+
+    def _step_completed(self, obj: Any) -> None:
+        """After each step: the last completed one, and a signal caught during it."""
+        self._completed = self.step
+        if self.on_exception:
+            # ~10 us a step, ~50 us with NumPy imported (no device sync): what a save on an
+            # exception holds.
+            self._rng_completed = self._rng_now(portable=False)
+        caught = self._caught
+        if caught is None or not caught.previous:
+            return
+        signum = caught.signum
+        if is_distributed():  # every rank saves at the same step: one all-reduce a step
+            signum = max(per_rank(signum or 0)) or None
+        if signum is not None:
+            self._save_on_signal(obj, signum)
+
+    def _save_on_signal(self, obj: Any, signum: int) -> None:
+        assert self._caught is not None
+        name = signal.Signals(signum).name
+        self._pending.add("signal.pt")
+        if self.save_last:
+            self._pending.add("last.pt")
+        self._interrupted = True
+        try:
+            self._write(obj)
+        except Exception as failure:
+            # The platform still ends the process: the signal goes on, the failure is logged
+            # (and is the context of what finish raises).
+            log.error("%s: %s received; saving the run after step %d failed: %r", self.where, name, self.step,
+                      failure)
+            self._caught.finish(signum)
+            raise
+        log.info("%s: %s received; saved the run after step %d, handing the signal on", self.where, name,
+                 self.step)
+        self._caught.finish(signum)
+
+    def _fit_failed(self, obj: Any, exception: BaseException) -> None:
+        try:
+            if self.on_exception and not self._interrupted \
+                    and not isinstance(exception, (SystemExit, GeneratorExit)):
+                self._save_on_exception(obj, exception)
+        finally:
+            self._held.clear()
+            if self._caught is not None:
+                self._caught.restore()
+
+    def is_sharded(self, model: Any) -> bool:
+        """Is ``model`` saved in shards (``torch.distributed.checkpoint``)? As
+        ``sharded`` says; by default when it is FSDP-wrapped (``fully_shard`` or
+        ``FullyShardedDataParallel``)."""
+        if self.sharded is not None:
+            return self.sharded
+        return _is_fsdp(model)
+
+    def _counting(self, target: Any) -> list[Any]:
+        """The other callbacks attached to ``target`` that count this one's steps."""
+        found: list[Any] = []
+        for holder in (_functions(target) if isinstance(target, types.ModuleType) else [target]):
+            for cb in stateful_callbacks(holder).values():
+                if isinstance(cb, CountingCallback) and cb is not self and cb.step_event == self.step_event \
+                        and not any(cb is seen for seen in found) and cb.step > 0:
+                    found.append(cb)
+        return found
+
+    def _save_on_exception(self, obj: Any, exception: BaseException) -> None:
+        """``exception.pt`` (and ``last.pt``): the run as it was after the last completed
+        step. Never raises over ``exception``: a save that fails adds a note to it."""
+        what = type(exception).__name__
+        if is_distributed():
+            # The ranks that did not raise wait in their next collective (a save's is one):
+            # a save here could hang this rank too. on_signal is the distributed-safe save.
+            why = "under torch.distributed a save is a collective the other ranks may never join"
+            log.warning("%s: %s raised; not saved: %s", self.where, what, why)
+            add_note_once(exception, f"{self.where}: no checkpoint saved on this exception: {why}.")
+            return
+        try:
+            if self._counts_completed and self.step > self._completed:
+                # The step that raised never completed: every callback counting it as
+                # started (EarlyStopping's step, ...) is saved as before it, so that its
+                # rerun after the resume counts it once.
+                for cb in self._counting(obj if obj is not None else self._target):
+                    cb.step -= self.step - self._completed
+                self.step = self._completed
+            rng = portable_rng(self._rng_completed) if self._rng_completed is not None else self._rng_now()
+            self._pending.add("exception.pt")
+            if self.save_last:
+                self._pending.add("last.pt")
+            self._write(obj, rng=rng)
+            self._interrupted = True
+        except Exception as failure:
+            log.error("%s: %s raised; saving it failed: %r", self.where, what, failure)
+            add_note_once(exception, f"{self.where}: the checkpoint on this exception could not be saved: "
+                                     f"{failure!r}")
+            return
+        log.info("%s: %s raised; saved the run after step %d (the last completed)", self.where, what, self.step)
+        add_note_once(exception, f"{self.where}: saved the run after step {self.step}, the last completed, to "
+                                 f"{str(self.dir / 'exception.pt')!r}; checkpoint.resume(obj, 'exception') "
+                                 f"continues from there.")
 
     # --- writing ------------------------------------------------------------------------
 
@@ -455,33 +631,49 @@ class Checkpoint(MonitoredCallback):
         self.epoch, self.top_k = epoch, top_k
 
     def checkpoint(self, obj: Any, model: Any = _NOT_GIVEN, optimizer: Any = _NOT_GIVEN,
-                   scheduler: Any = _NOT_GIVEN) -> dict[str, Any]:
-        """The dict a file holds, for the state of this process now."""
+                   scheduler: Any = _NOT_GIVEN, *, rng: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The dict a file holds, for the state of this process now (``rng``: the RNG
+        states to hold instead of the current ones, as ``_rng_now`` makes them)."""
         found = self._objects(obj, model, optimizer, scheduler)
         if found["model"] is None:
             raise HookError(f"{self.where}: no model to save; pass model= the module or its attribute name.")
-        state: dict[str, Any] = {"model": found["model"].state_dict()}
-        for what in ("optimizer", "scheduler"):
-            if found[what] is not None:
-                state[what] = found[what].state_dict()
-        rng = rng_state()
-        rng["generators"] = [generator.get_state() for generator in self.generators]
+        if self.is_sharded(found["model"]):
+            # Each rank's shards, for torch.distributed.checkpoint; the rest as usual.
+            from torch.distributed.checkpoint.state_dict import get_state_dict
+
+            optimizer = found["optimizer"]
+            model_state, optimizer_state = get_state_dict(found["model"], optimizer if optimizer is not None else [])
+            shards = {"model": model_state} | ({"optimizer": optimizer_state} if optimizer is not None else {})
+            state: dict[str, Any] = {"sharded": shards}
+        else:
+            state = {"model": found["model"].state_dict()}
+            if found["optimizer"] is not None:
+                state["optimizer"] = found["optimizer"].state_dict()
+        if found["scheduler"] is not None:
+            state["scheduler"] = found["scheduler"].state_dict()
+        if rng is None:
+            rng = self._rng_now()
         state.update(step=self.step, epoch=self.epoch, rng=gather_ranks(rng),
                      callbacks=_callback_state(obj if obj is not None else self._target),
                      monitor=self.monitor, best=self.best.value)
         return state
 
-    def _write(self, obj: Any) -> None:
+    def _write(self, obj: Any, rng: dict[str, Any] | None = None) -> None:
         # A NanGuard deciding late (no host sync per step) on this object's checks
         # decides now: a run that went non-finite stops here, its NaN weights unsaved.
         settle(obj)
         names = sorted(self._pending)
         self._pending.clear()
         evicted, self._evicted = self._evicted, []
-        state = self.checkpoint(obj)  # a collective under torch.distributed: every rank
+        state = self.checkpoint(obj, rng=rng)  # a collective under torch.distributed: every rank
+        shards = state.pop("sharded", None)
+        if shards is not None:
+            state["sharded"] = sorted(shards)  # what the folder's shards hold
+            self.io.save_sharded(state, shards, [self.dir / name for name in names], self.where)  # every rank
         with written_on_rank_zero(self.where, f"{', '.join(names)} at step {self.step}"):
             if is_rank_zero():
-                self.io.save(state, *(self.dir / name for name in names))
+                if shards is None:
+                    self.io.save(state, *(self.dir / name for name in names))
                 self.saved += len(names)
                 for name in evicted:
                     self.io.remove(self.dir / name)
@@ -494,17 +686,20 @@ class Checkpoint(MonitoredCallback):
         assert self.resume_from is not None
         self.resume(obj, self.resume_from, missing_ok=str(self.resume_from) in ("last", "best"))
 
-    def resolve(self, path: str | os.PathLike[str]) -> Path | None:
+    def resolve(self, path: str | os.PathLike[str]) -> StoragePath | None:
         """``"last"``: ``dir/last.pt``; ``"best"``: the best top-k file (None before
-        any); else the path itself."""
+        any); ``"exception"``, ``"signal"``: ``dir/exception.pt``, ``dir/signal.pt``
+        (``on_exception``, ``on_signal``); else the path itself."""
         if str(path) == "last":
             return self.last_path
+        if str(path) in ("exception", "signal"):
+            return self.dir / f"{path}.pt"
         if str(path) == "best":
             top_k = self.top_k or self._saved_top_k()
             if not top_k:
                 return None
             return self.dir / top_k[0][2]
-        return Path(path)
+        return storage_path(path, self.where)
 
     def _saved_top_k(self) -> list[Any]:
         """The top-k ``last.pt`` recorded (a new process knows none yet)."""
@@ -567,28 +762,35 @@ class Checkpoint(MonitoredCallback):
                             f"generators as when it was saved.")
         # What can fail is checked before anything is loaded: a resume that fails
         # leaves the model, the optimizer and the callbacks as they were.
+        shards = list(state.get("sharded", ()))  # a sharded checkpoint: what its shards hold
         for what in ("optimizer", "scheduler"):
-            if found[what] is not None and what not in state:
+            if found[what] is not None and what not in state and what not in shards:
                 raise HookError(f"{self.where}: {str(file)!r} holds no {what} state to restore; "
                                 f"pass {what}=None to restore without it.")
-        _check_fits(found["model"], state["model"], f"{self.where}: {str(file)!r}")
+        if not shards:
+            _check_fits(found["model"], state["model"], f"{self.where}: {str(file)!r}")
         target = obj if obj is not None else self._target
         before = _callback_state(target) if target is not None else None
         if target is not None:  # all or nothing (load_callback_state)
             _load_callback_state(target, self._own_state(state["callbacks"]), strict)
         try:
+            if shards:  # every rank reads its own shards (a collective)
+                self.io.load_sharded(file, found["model"], found["optimizer"])
             for what in ("optimizer", "scheduler"):
-                if found[what] is not None:
+                if found[what] is not None and what not in shards:
                     found[what].load_state_dict(state[what])
         except Exception:
             if target is not None and before is not None:
                 _load_callback_state(target, before, strict=False)
             raise
-        found["model"].load_state_dict(state["model"])
+        if not shards:
+            found["model"].load_state_dict(state["model"])
         self.step, self.epoch = int(state["step"]), int(state["epoch"])
         set_rng_state(rng)
         for generator, generator_state in zip(self.generators, saved_generators):
             generator.set_state(generator_state.cpu())
+        self._completed = self.step
+        self._rng_completed = self._rng_now(portable=False) if self.on_exception else None
         self._pending.clear()
         self._evicted.clear()
         # Resumed from an earlier file, its top-k may name files the run it abandons
