@@ -30,6 +30,7 @@ from .distributed import is_distributed
 from .distributed import per_rank
 from .distributed import ranks_where
 from .early_stopping import EarlyStopping
+from .grad_scaler import GradScaler
 from .ema import EMA
 from .loop_changes import GradAccumulation
 from .loop_changes import GradClip
@@ -63,6 +64,7 @@ __all__ = [
     "GradAccumulation",
     "GradClip",
     "GradNorm",
+    "GradScaler",
     "HostReads",
     "LRMonitor",
     "LogRecords",
