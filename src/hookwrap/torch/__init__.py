@@ -49,6 +49,8 @@ from .progress import ProgressBar
 from .readback import HostReads
 from .readback import ReadBack
 from .readback import count_host_reads
+from .spike import SpikeDetection
+from .spike import TrainingSpikeError
 from .throughput import Throughput
 from .throughput import measure_flops
 from .throughput import peak_flops
@@ -76,9 +78,11 @@ __all__ = [
     "Profiler",
     "ProgressBar",
     "ReadBack",
+    "SpikeDetection",
     "StepTimer",
     "TensorBoardWriter",
     "Throughput",
+    "TrainingSpikeError",
     "all_ranks_mean",
     "any_rank",
     "count_host_reads",
