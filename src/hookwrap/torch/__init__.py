@@ -54,6 +54,7 @@ from .spike import TrainingSpikeError
 from .throughput import Throughput
 from .throughput import measure_flops
 from .throughput import peak_flops
+from .time_limit import TimeLimit
 from .timer import StepTimer
 
 __all__ = [
@@ -82,6 +83,7 @@ __all__ = [
     "StepTimer",
     "TensorBoardWriter",
     "Throughput",
+    "TimeLimit",
     "TrainingSpikeError",
     "all_ranks_mean",
     "any_rank",
