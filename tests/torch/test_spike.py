@@ -229,8 +229,13 @@ def test_spike_detection_refuses_a_loss_that_is_not_one_number(hw, ht):
     def loss(value: Any) -> Any:
         return value
 
-    hw.add_callback(loss, ht.SpikeDetection(event="loss"))
+    detector = ht.SpikeDetection(event="loss")
+    handle = hw.add_callback(loss, detector)
     with pytest.raises(hw.HookError, match=r"must be one number, got a tensor of shape \(2,\)"):
         loss(torch.ones(2))
+    with pytest.raises(hw.HookError, match="must be a tensor of one element or a number, got str"):
+        loss("1.0")
+    assert detector.pending() == ""  # nothing refused is left waiting
+    handle.remove()
     with pytest.raises(hw.UnknownEventError, match="Did you mean 'loss'"):
         make_loop(hw, []).add_callback(ht.SpikeDetection(event="los"))

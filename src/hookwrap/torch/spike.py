@@ -163,25 +163,26 @@ class SpikeDetection(Defers, QueuesReadBacks, CountingCallback):
 
     def check(self, obj: Any, value: Any) -> None:
         """One loss: queued on its device (a Python number: decided at once)."""
-        self._queued += 1
-        number = self._queued
+        number = self._queued + 1
         step = self.step if self._steps_counted else number
+        tensor = hasattr(value, "detach")
+        if tensor and value.numel() != 1:
+            raise HookError(f"{self.where}: the loss must be one number, got a tensor of shape "
+                            f"{tuple(value.shape)} at step {step}. Watch the join point returning the "
+                            f"reduced loss.")
+        if not tensor and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise HookError(f"{self.where}: the loss must be a tensor of one element or a number, got "
+                            f"{type(value).__name__} at step {step}.")
+        self._queued = number
         self._checked_on = id(obj)
         self._since += 1
-        if hasattr(value, "detach"):
-            if value.numel() != 1:
-                raise HookError(f"{self.where}: the loss must be one number, got a tensor of shape "
-                                f"{tuple(value.shape)} at step {step}. Watch the join point returning the "
-                                f"reduced loss.")
+        if tensor:
             shared().put(value, functools.partial(self._delivered, number, step))
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        else:
             self._arrived[number] = (step, float(value))
             if not is_distributed():
                 self._read_back(wait=True)  # a number: decided now, after the tensors before it
                 return
-        else:
-            raise HookError(f"{self.where}: the loss must be a tensor of one element or a number, got "
-                            f"{type(value).__name__} at step {step}.")
         if self._since >= self.check_every:
             if self._steps_counted:
                 self._due = True
