@@ -153,6 +153,15 @@ def test_grad_accumulation_is_refused_naming_accelerate_own(hw, preset):
             hw.add_callback(accelerator, GradAccumulation(2, loss_event="backward"))
 
 
+def test_grad_scaler_is_refused_naming_accelerate_own_mixed_precision(hw, preset):
+    from hookwrap.torch import GradScaler
+
+    with preset.weave():
+        accelerator, _, _ = prepared()
+        with pytest.raises(hw.HookError, match=r"scales the loss itself.*mixed_precision='fp16'"):
+            hw.add_callback(accelerator, GradScaler("cpu"))
+
+
 def test_callback_state_saved_and_loaded_with_accelerate_state(hw, preset, tmp_path):
     """hw.CallbackState(accelerator) registered for checkpointing: accelerator.save_state
     carries the callbacks' state, load_state gives it back."""

@@ -30,6 +30,7 @@ from .distributed import is_distributed
 from .distributed import per_rank
 from .distributed import ranks_where
 from .early_stopping import EarlyStopping
+from .grad_scaler import GradScaler
 from .ema import EMA
 from .loop_changes import GradAccumulation
 from .loop_changes import GradClip
@@ -48,9 +49,12 @@ from .progress import ProgressBar
 from .readback import HostReads
 from .readback import ReadBack
 from .readback import count_host_reads
+from .spike import SpikeDetection
+from .spike import TrainingSpikeError
 from .throughput import Throughput
 from .throughput import measure_flops
 from .throughput import peak_flops
+from .time_limit import TimeLimit
 from .timer import StepTimer
 
 __all__ = [
@@ -63,6 +67,7 @@ __all__ = [
     "GradAccumulation",
     "GradClip",
     "GradNorm",
+    "GradScaler",
     "HostReads",
     "LRMonitor",
     "LogRecords",
@@ -74,9 +79,12 @@ __all__ = [
     "Profiler",
     "ProgressBar",
     "ReadBack",
+    "SpikeDetection",
     "StepTimer",
     "TensorBoardWriter",
     "Throughput",
+    "TimeLimit",
+    "TrainingSpikeError",
     "all_ranks_mean",
     "any_rank",
     "count_host_reads",

@@ -20,9 +20,9 @@ class Autocast(ShippedCallback):
     first parameter of ``model`` at each call: the join point's argument of that
     name, else that attribute of the hooked object, or the module itself; ``"cpu"``
     where there is none. ``dtype`` defaults to ``torch.bfloat16`` on the CPU and
-    ``torch.float16`` on CUDA (torch's autocast default elsewhere). Float16 on
-    CUDA wants a ``torch.amp.GradScaler`` for the backward pass, which this
-    callback does not add.
+    ``torch.float16`` on CUDA (torch's autocast default elsewhere). Float16 wants
+    loss scaling for the backward pass: attach ``hookwrap.torch.GradScaler`` beside
+    it.
     """
 
     def __init__(self, events: Any = ("step",), device_type: str | None = None, dtype: Any = None,

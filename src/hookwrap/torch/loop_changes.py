@@ -14,6 +14,7 @@ from typing import Any, Callable
 from ..errors import CallbackSignatureError, HookError
 from ..extend import JoinPointInfo, join_points
 from ._attach import COUNT, On, ShippedCallback, from_object, positive_number, saved
+from .grad_scaler import unscale_before_clipping
 
 __all__ = ["GradAccumulation", "GradClip"]
 
@@ -46,6 +47,7 @@ class GradClip(ShippedCallback):
     def clip(self, obj: Any, model: Any) -> None:
         import torch
 
+        unscale_before_clipping(obj)  # a GradScaler's gradients: unscaled first, so the true norm is clipped
         torch.nn.utils.clip_grad_norm_(model.parameters(), self.max_norm, self.norm_type)
 
 
@@ -158,6 +160,7 @@ class GradAccumulation(ShippedCallback):
         if model is not None and self.clip_grad_norm is not None:
             import torch
 
+            unscale_before_clipping(obj)
             torch.nn.utils.clip_grad_norm_(model.parameters(), self.clip_grad_norm, self.norm_type)
         return proceed(*args, **kwargs)
 

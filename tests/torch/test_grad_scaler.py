@@ -1,0 +1,288 @@
+"""GradScaler: float16 loss scaling woven into a loop equals the same loop written by
+hand with torch.amp (weights bit for bit, the scale after every step, the steps
+skipped), with GradClip clipping the unscaled gradients in either attach order; on
+the torch_optim preset; resumed from callback_state; on CUDA where there is one."""
+
+from __future__ import annotations
+
+import importlib
+import io
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="hookwrap.torch needs torch (the torch extra)")
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # torch's NumPy / scheduler-order notices
+
+STEPS, BAD_STEP, LR, MAX_NORM = 10, 4, 0.05, 0.5
+SCALER = {"init_scale": 2.0 ** 12, "growth_interval": 3}
+
+
+def make_model(device: str = "cpu") -> Any:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3)).to(device)
+
+
+def make_data(device: str = "cpu") -> list[tuple[Any, Any]]:
+    """Seeded batches; batch BAD_STEP (1-based) overflows float16 (its step is skipped)."""
+    gen = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(8, 4, generator=gen), torch.randn(8, 3, generator=gen)) for _ in range(STEPS)]
+    batches[BAD_STEP - 1][0][0, 0] = 1e30
+    return [(x.to(device), y.to(device)) for x, y in batches]
+
+
+def make_trainer(hw: Any, device: str = "cpu") -> Any:
+    class Trainer(hw.Hookable):
+        def __init__(self) -> None:
+            self.model = make_model(device)
+            self.optimizer = torch.optim.SGD(self.model.parameters(), lr=LR, momentum=0.9)
+            self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, step_size=2, gamma=0.5)
+            self.batches = make_data(device)
+            self.losses: list[Any] = []
+
+        @hw.hookable
+        def fit(self, start: int, stop: int) -> None:
+            for batch in self.batches[start:stop]:
+                self.step(batch)
+
+        @hw.hookable
+        def step(self, batch: tuple[Any, Any]) -> Any:
+            x, y = batch
+            loss = self.loss(self.forward(x), y)
+            self.backward(loss)
+            self.optimizer_step()
+            return loss.detach()
+
+        @hw.hookable
+        def forward(self, x: Any) -> Any:
+            return self.model(x)
+
+        @hw.hookable
+        def loss(self, out: Any, y: Any) -> Any:
+            loss = torch.nn.functional.mse_loss(out.float(), y)
+            self.losses.append(loss.detach())
+            return loss
+
+        @hw.hookable
+        def backward(self, loss: Any) -> None:
+            loss.backward()
+
+        @hw.hookable
+        def optimizer_step(self) -> None:
+            self.optimizer.step()
+            self.optimizer.zero_grad()
+            self.scheduler.step()
+
+    return Trainer()
+
+
+def hand_loop(device: str = "cpu", clip: bool = True, start: int = 0, stop: int = STEPS,
+              state: dict[str, Any] | None = None) -> tuple[Any, list[float], list[int], Any]:
+    """The same training with no hookwrap: the torch.amp recipe, written out."""
+    model = make_model(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+    scaler = torch.amp.GradScaler(device, **SCALER)
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        scaler.load_state_dict(state["scaler"])
+    scales, skipped = [], []
+    for i, (x, y) in enumerate(make_data(device)[start:stop], start=start + 1):
+        with torch.autocast(device, dtype=torch.float16):
+            out = model(x)
+        loss = torch.nn.functional.mse_loss(out.float(), y)
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+        if sum(v.item() for v in scaler._found_inf_per_device(optimizer).values()):
+            skipped.append(i)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+        scheduler.step()
+        scales.append(scaler.get_scale())
+    return model, scales, skipped, scaler
+
+
+def params(model: Any) -> list[Any]:
+    return [p.detach() for p in model.parameters()]
+
+
+def all_equal(a: list[Any], b: list[Any]) -> bool:
+    return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def train(hw: Any, ht: Any, device: str = "cpu", clip_first: bool | None = False, steps: int = STEPS) \
+        -> tuple[Any, Any, list[float]]:
+    """The woven loop: Autocast(float16) on forward, GradScaler, and GradClip attached
+    before it (clip_first), after it, or not at (None); the scale after each step."""
+    trainer = make_trainer(hw, device)
+    trainer.add_callback(ht.Autocast(events="forward", dtype=torch.float16))
+    scaler = ht.GradScaler(device, **SCALER)
+    clip = [ht.GradClip(MAX_NORM)] if clip_first is not None else []
+    for cb in (clip + [scaler]) if clip_first else ([scaler] + clip):
+        trainer.add_callback(cb)
+    scales: list[float] = []
+    trainer.after("step", lambda self: scales.append(scaler.scaler.get_scale()))
+    trainer.fit(0, steps)
+    return trainer, scaler, scales
+
+
+@pytest.mark.parametrize("clip_first", [False, True, None], ids=["clip-after", "clip-first", "no-clip"])
+def test_float16_with_grad_scaler_equals_the_torch_amp_loop(hw, ht, clip_first):
+    trainer, scaler, scales = train(hw, ht, clip_first=clip_first)
+    model, hand_scales, hand_skipped, _ = hand_loop(clip=clip_first is not None)
+    assert BAD_STEP in hand_skipped  # the overflowing batch: its step skipped, the scale backed off
+    assert scaler.skipped == hand_skipped
+    assert scales == hand_scales and len(set(scales)) > 2  # backed off and grown again
+    assert all_equal(params(trainer.model), params(model))  # bit for bit
+    assert scaler.calls == STEPS
+    # The loss the loop computed is unscaled: only backward's argument was scaled.
+    assert trainer.losses[0] < 10
+    # The rest of the loop's optimizer_step ran on the skipped step too (the scheduler).
+    assert trainer.scheduler.last_epoch == STEPS
+    # and the optimizer's step is the scheduler's wrapper again, as before the run.
+    assert getattr(vars(trainer.optimizer)["step"], "_wrapped_by_lr_sched", False)
+
+
+def test_grad_clip_sees_unscaled_gradients(hw, ht):
+    """Clipping the scaled gradients would clip to max_norm * scale: the weights
+    would differ from the hand loop's; and the norm after clipping is <= max_norm."""
+    norms: list[float] = []
+    trainer = make_trainer(hw)
+    trainer.add_callback(ht.GradClip(MAX_NORM))
+    trainer.add_callback(ht.GradScaler("cpu", **SCALER))
+    trainer.after("backward", lambda self: norms.append(float(torch.nn.utils.get_total_norm(
+        [p.grad for p in self.model.parameters()]))))
+    trainer.fit(0, 2)
+    assert all(norm <= MAX_NORM * 1.0001 for norm in norms), norms
+
+
+def test_the_scale_and_skips_resume_from_callback_state(hw, ht):
+    trainer, scaler, _ = train(hw, ht, steps=5)
+    buffer = io.BytesIO()
+    torch.save(hw.callback_state(trainer), buffer)
+    buffer.seek(0)
+    saved = torch.load(buffer, weights_only=True)
+    assert saved["GradScaler[event=optimizer_step]"]["scaler"] == scaler.scaler.state_dict()
+
+    resumed = make_trainer(hw)
+    resumed.model.load_state_dict(trainer.model.state_dict())
+    resumed.optimizer.load_state_dict(trainer.optimizer.state_dict())
+    resumed.scheduler.load_state_dict(trainer.scheduler.state_dict())
+    resumed.add_callback(ht.Autocast(events="forward", dtype=torch.float16))
+    again = ht.GradScaler("cpu")  # other settings: the saved ones win, as torch's load_state_dict does
+    resumed.add_callback(again)
+    resumed.add_callback(ht.GradClip(MAX_NORM))
+    hw.load_callback_state(resumed, saved)
+    scales: list[float] = []
+    resumed.after("step", lambda self: scales.append(again.scaler.get_scale()))
+    resumed.fit(5, STEPS)
+
+    model, hand_scales, hand_skipped, _ = hand_loop()
+    assert again.skipped == hand_skipped and again.calls == STEPS
+    assert scales == hand_scales[5:]
+    assert all_equal(params(resumed.model), params(model))
+
+
+def test_on_the_torch_optim_preset_the_optimizer_step_is_what_is_skipped(hw, ht):
+    """weave_optimizers(): the optimizer's own step is the join point; the loop scales
+    its loss itself (backward_event=None)."""
+    preset = importlib.import_module("hookwrap.integrations.torch_optim")
+    weights, scales = [], []
+    with preset.weave_optimizers():
+        model = make_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
+        scaler = ht.GradScaler("cpu", event="step", backward_event=None, optimizer=optimizer, **SCALER)
+        handle = hw.add_callback(torch.optim.SGD, scaler)
+        try:
+            for x, y in make_data():
+                with torch.autocast("cpu", dtype=torch.float16):
+                    out = model(x)
+                scaler.scale(torch.nn.functional.mse_loss(out.float(), y)).backward()
+                scaler.unscale()  # before clipping, as the hand loop does
+                torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+                optimizer.step()
+                optimizer.zero_grad()
+                scales.append(scaler.scaler.get_scale())
+            weights = params(model)
+        finally:
+            handle.remove()
+    hand_model, hand_scales, hand_skipped = hand_loop_without_scheduler()
+    assert BAD_STEP in hand_skipped and scaler.skipped == hand_skipped
+    assert scales == hand_scales and all_equal(weights, params(hand_model))
+
+
+def hand_loop_without_scheduler() -> tuple[Any, list[float], list[int]]:
+    model = make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
+    scaler = torch.amp.GradScaler("cpu", **SCALER)
+    scales, skipped = [], []
+    for i, (x, y) in enumerate(make_data(), start=1):
+        with torch.autocast("cpu", dtype=torch.float16):
+            out = model(x)
+        scaler.scale(torch.nn.functional.mse_loss(out.float(), y)).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+        if sum(v.item() for v in scaler._found_inf_per_device(optimizer).values()):
+            skipped.append(i)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+        scales.append(scaler.get_scale())
+    return model, scales, skipped
+
+
+def test_a_skipped_step_is_logged_at_info(hw, ht, caplog):
+    with caplog.at_level("INFO", logger="hookwrap"):
+        _, scaler, _ = train(hw, ht, steps=BAD_STEP)
+    assert f"optimizer step {BAD_STEP} skipped" in caplog.text and BAD_STEP in scaler.skipped
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"device": "gpu0"}, "device must be a device type torch.amp.GradScaler supports"),
+    ({"device": 3}, "device must be a device type"),
+    ({"device": "cpu", "event": ""}, "event must be a join point name"),
+    ({"device": "cpu", "backward_event": ""}, "backward_event must be a join point name or None"),
+    ({"device": "cpu", "optimizer": None}, "optimizer must be the name of the attribute"),
+    ({"scaler": "yes"}, "scaler must be a torch.amp.GradScaler"),
+    ({"scaler": "disabled"}, "is disabled"),
+])
+def test_grad_scaler_refuses_bad_input(hw, ht, kwargs, message):
+    if kwargs.get("scaler") == "disabled":
+        kwargs = {"scaler": torch.amp.GradScaler("cpu", enabled=False)}
+    with pytest.raises(hw.HookError, match=message):
+        ht.GradScaler(**kwargs)
+
+
+def test_grad_scaler_refuses_cuda_without_it_and_a_missing_event(hw, ht):
+    if not torch.cuda.is_available():
+        with pytest.raises(hw.HookError, match="CUDA is not available"):
+            ht.GradScaler()
+    with pytest.raises(hw.UnknownEventError, match="optimizer_stepp"):
+        make_trainer(hw).add_callback(ht.GradScaler("cpu", event="optimizer_stepp"))
+    with pytest.raises(hw.CallbackSignatureError, match=r"has no argument 'loss' to scale .*backward_event=None"):
+        make_trainer(hw).add_callback(ht.GradScaler("cpu", backward_event="forward"))
+
+
+def test_a_loop_that_never_steps_leaves_the_scaler_alone(hw, ht):
+    """GradAccumulation outside it skips the optimizer_step calls between updates:
+    the scaler steps (and updates) only on those that run."""
+    trainer = make_trainer(hw)
+    trainer.add_callback(ht.GradAccumulation(2))
+    scaler = ht.GradScaler("cpu", **SCALER)
+    trainer.add_callback(scaler)
+    trainer.fit(0, 3)
+    assert scaler.calls == 1 and scaler.skipped == []
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_float16_with_grad_scaler_equals_the_torch_amp_loop_on_cuda(hw, ht):
+    trainer, scaler, scales = train(hw, ht, device="cuda")
+    model, hand_scales, hand_skipped, _ = hand_loop(device="cuda")
+    assert BAD_STEP in hand_skipped and scaler.skipped == hand_skipped
+    assert scales == hand_scales
+    assert all_equal(params(trainer.model), params(model))
