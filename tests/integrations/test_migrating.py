@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HEADER = "| job | Lightning | Hugging Face | ignite | pytorch-accelerated | hookwrap |"
 # Where each library exports its callbacks (or handlers), and its trainer.
 EXPORTS = {
-    "Lightning": ("lightning.pytorch.callbacks", "lightning.pytorch"),
+    "Lightning": ("lightning.pytorch.callbacks", "lightning.pytorch", "lightning.pytorch.plugins.environments"),
     "Hugging Face": ("transformers",),
     "ignite": ("ignite.handlers", "ignite.metrics"),
     "pytorch-accelerated": ("pytorch_accelerated.callbacks", "pytorch_accelerated"),
@@ -51,8 +51,8 @@ def lookup(library: str, name: str) -> Any:
 
 
 def check(library: str, name: str) -> None:
-    option = re.fullmatch(r"(\w+(?:\.\w+)?)\((\w+)=\.\.\.\)", name)
-    if option:  # Trainer(name=...), Trainer.train(name=...)
+    option = re.fullmatch(r"(\w+(?:\.\w+)?)\((\w+)=[^)]*\)", name)
+    if option:  # Trainer(name=...), Trainer.train(name=...), Checkpoint(on_exception=True)
         owner, _, method = option.group(1).partition(".")
         target = lookup(library, owner)
         signature = inspect.signature(getattr(target, method) if method else target)
@@ -74,7 +74,8 @@ def test_every_row_names_a_hookwrap_callback() -> None:
     for row in rows:
         assert names(row["hookwrap"]), row["job"]
         for name in names(row["hookwrap"]):
-            assert issubclass(lookup("hookwrap", name), hookwrap.Callback), name
+            check("hookwrap", name)
+            assert issubclass(lookup("hookwrap", re.split(r"\W", name)[0]), hookwrap.Callback), name
 
 
 @pytest.mark.parametrize("library", [column for column in EXPORTS if column != "hookwrap"])
