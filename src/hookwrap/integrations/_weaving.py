@@ -464,7 +464,7 @@ def target_class(given: Any, base: type, where: str, what: str) -> type:
     return cls
 
 
-ACCUMULATES = "__hookwrap_accumulation__"  # hookwrap.torch's GradAccumulation reads it
+ACCUMULATES = "__hookwrap_accumulation__"  # hookwrap.torch reads it (_attach.FRAMEWORK_STEP): GradAccumulation, GradScaler
 
 
 def accumulates(handle: PresetHandle, cls: type, optimizer_step: Stage, how: str) -> None:

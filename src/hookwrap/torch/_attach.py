@@ -24,9 +24,10 @@ from ..errors import CallbackSignatureError, HookError, closest
 from ..extend import Defers, Ending, JoinPointInfo, has_join_point, join_points, per_join_point, process_rank, reader
 from ._around import around_advice
 
-__all__ = ["COUNT", "NUMBER_OR_NONE", "CountingCallback", "DefaultEvent", "LogsInto", "On", "Saved", "ShippedCallback",
-           "Source", "checked_logger", "from_object", "is_rank_zero", "is_reference", "positive_number",
-           "resolve_reference", "saved", "settle_logger", "to_float", "whole_number"]
+__all__ = ["COUNT", "FRAMEWORK_STEP", "NUMBER_OR_NONE", "CountingCallback", "DefaultEvent", "LogsInto", "On", "Saved",
+           "ShippedCallback", "Source", "checked_logger", "framework_step", "from_object", "is_rank_zero",
+           "is_reference", "positive_number", "resolve_reference", "saved", "settle_logger", "to_float",
+           "whole_number"]
 
 
 class DefaultEvent(str):
@@ -481,3 +482,21 @@ def _is_a(obj: Any, what: str) -> bool:
     if what == "model":
         return callable(getattr(obj, "parameters", None)) and callable(getattr(obj, "state_dict", None))
     return False
+
+
+# What a preset sets on the framework's class it weaves and on its optimizer_step join
+# point's function (hookwrap.integrations._weaving writes the same name): the
+# framework runs its own optimizer step, and how to accumulate gradients there.
+FRAMEWORK_STEP = "__hookwrap_accumulation__"
+
+
+def framework_step(target: Any, event: str, where: str) -> str | None:
+    """The framework's own setting where ``target`` (or, for the global tier, a join
+    point ``event`` names) is a framework's woven loop that runs its optimizer step
+    itself; None on a loop of the user's own. The callbacks that would change that
+    step (GradAccumulation, GradScaler) refuse such a loop with it."""
+    own: str | None = getattr(target, FRAMEWORK_STEP, None)
+    for jp in join_points(target, event, where=where) if own is None else ():
+        own = own or getattr(jp.function, FRAMEWORK_STEP, None)  # the global tier: hookwrap run
+    return own
+

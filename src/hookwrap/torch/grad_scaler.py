@@ -9,16 +9,12 @@ from collections.abc import Mapping
 from typing import Any, Callable, Iterator
 
 from ..errors import CallbackSignatureError, HookError
-from ..extend import JoinPointInfo, join_points
-from ._attach import COUNT, On, ShippedCallback, from_object, saved
+from ..extend import JoinPointInfo
+from ._attach import COUNT, On, ShippedCallback, framework_step, from_object, saved
 
 __all__ = ["GradScaler", "unscale_before_clipping"]
 
 log = logging.getLogger(__name__)  # under "hookwrap": each skipped optimizer step, at INFO
-
-# What a framework preset sets on the class it weaves (hookwrap.integrations._weaving):
-# that framework runs its own optimizer step, and with it its own loss scaling.
-_FRAMEWORK = "__hookwrap_accumulation__"
 
 # The scalers whose loss was scaled and whose gradients are not unscaled yet: GradClip
 # (and GradAccumulation's clip_grad_norm) unscale them first, whatever the order the
@@ -133,10 +129,7 @@ class GradScaler(ShippedCallback):
                On("around", "event", "_step_method", function="_step_function", always=True))
 
     def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
-        own = getattr(target, _FRAMEWORK, None)
-        for jp in join_points(target, self.event, where=self.where) if own is None else ():
-            own = own or getattr(jp.function, _FRAMEWORK, None)  # the global tier: hookwrap run
-        if own is not None:
+        if framework_step(target, self.event, self.where) is not None:  # it scales the loss itself
             raise HookError(
                 f"GradScaler: {getattr(target, '__qualname__', 'the framework')} runs its own optimizer step "
                 f"and scales the loss itself in float16: use its setting (transformers: "

@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..errors import CallbackSignatureError, HookError
-from ..extend import JoinPointInfo, join_points
-from ._attach import COUNT, On, ShippedCallback, from_object, positive_number, saved
+from ..extend import JoinPointInfo
+from ._attach import COUNT, On, ShippedCallback, framework_step, from_object, positive_number, saved
 from .grad_scaler import unscale_before_clipping
 
 __all__ = ["GradAccumulation", "GradClip"]
@@ -49,12 +49,6 @@ class GradClip(ShippedCallback):
 
         unscale_before_clipping(obj)  # a GradScaler's gradients: unscaled first, so the true norm is clipped
         torch.nn.utils.clip_grad_norm_(model.parameters(), self.max_norm, self.norm_type)
-
-
-# What a preset sets on the framework's class it weaves and on its optimizer_step join
-# point's function: how to accumulate there (the framework's own setting), which
-# GradAccumulation names when it refuses.
-ACCUMULATES = "__hookwrap_accumulation__"
 
 
 class GradAccumulation(ShippedCallback):
@@ -118,9 +112,7 @@ class GradAccumulation(ShippedCallback):
         self.calls = 0  # calls of `event` seen
 
     def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
-        own = getattr(target, ACCUMULATES, None)
-        for jp in join_points(target, self.event, where=self.where) if own is None else ():
-            own = own or getattr(jp.function, ACCUMULATES, None)  # the global tier: hookwrap run
+        own = framework_step(target, self.event, self.where)
         if own is not None:
             raise HookError(
                 f"GradAccumulation: {getattr(target, '__qualname__', 'the framework')} accumulates gradients "
