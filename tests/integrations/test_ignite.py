@@ -181,3 +181,24 @@ def test_resume_through_ignite_checkpoint_with_callback_state(hw, preset, tmp_pa
         saved = sorted(tmp_path.iterdir(), key=lambda p: p.stat().st_mtime)[-1]  # after epoch 2
         resumed, stopping = run(20, resume=saved)
         assert resumed.epoch == straight.epoch == 3 and stopping.wait == 2
+
+
+def test_checkpoint_resume_is_refused_naming_ignites_own(hw, preset, tmp_path):
+    """ignite keeps the run's position in engine.state: Checkpoint's resume would put
+    the weights back under a run that starts again at iteration 0, silently. Refused
+    where it is set up, naming ignite's Checkpoint; saving weights still works."""
+    import signal
+
+    from hookwrap.torch import Checkpoint
+
+    with preset.weave():
+        model, trainer, _ = supervised(lr=0.1)
+        for settings in ({"on_exception": True}, {"on_signal": signal.SIGTERM}, {"resume_from": "last"}):
+            with pytest.raises(hw.HookError, match=r"resumes it itself.*Checkpoint\.load_objects"):
+                hw.add_callback(trainer, Checkpoint(tmp_path / "refused", **settings))
+        saving = Checkpoint(tmp_path / "ckpt", every_n_steps=4, model=model, optimizer=None)
+        hw.add_callback(trainer, saving)
+        trainer.run(data(), max_epochs=2)
+        assert (tmp_path / "ckpt" / "step=8.pt").exists() and (tmp_path / "ckpt" / "last.pt").exists()
+        with pytest.raises(hw.HookError, match="CallbackState"):
+            saving.resume(trainer, "last")

@@ -366,3 +366,19 @@ def test_resume_from_a_checkpoint_without_hookwrap_state_says_so(hw, preset, tmp
         hw.add_callback(module, EarlyStopping("val_loss", patience=2))
         with pytest.warns(hw.HookwrapWarning, match=r"holds no hookwrap callback state: 'EarlyStopping"):
             trainer(epochs=2).fit(module, loader(), loader(), ckpt_path=tmp_path / "plain.ckpt")
+
+
+def test_checkpoint_resume_is_refused_naming_lightnings_own(hw, preset, tmp_path):
+    """Lightning keeps the run's position (trainer.global_step, its loops):
+    Checkpoint's resume would put the weights back and fit again from step 0,
+    silently (and before fit, reading the optimizers fails with Lightning's own
+    error). Refused where it is set up, naming fit(ckpt_path=...)."""
+    from hookwrap.torch import Checkpoint
+
+    with preset.weave(Module):
+        module = Module()
+        for settings in ({"on_exception": True}, {"resume_from": "last"}):
+            with pytest.raises(hw.HookError, match=r"resumes it itself.*ckpt_path"):
+                hw.add_callback(module, Checkpoint(tmp_path / "refused", **settings))
+        with pytest.raises(hw.HookError, match="ckpt_path"):
+            Checkpoint(tmp_path / "ckpt").resume(module, "exception")

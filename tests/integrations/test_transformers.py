@@ -312,3 +312,18 @@ def test_grad_accumulation_is_refused_naming_hf_own(hw, preset, tmp_path):
         with pytest.raises(hw.HookError, match=r"accumulates gradients itself.*gradient_accumulation_steps=N"):
             hw.register_global_callback(GradAccumulation(2))  # the global tier, as hookwrap run registers
     assert not hasattr(hf.Trainer, "__hookwrap_accumulation__")  # removed with the preset
+
+
+def test_checkpoint_resume_is_refused_naming_the_trainers_own(hw, preset, tmp_path):
+    """The Trainer keeps the run's position (state.global_step, its loop):
+    Checkpoint's resume would put the weights back and train again from step 0,
+    silently. Refused where it is set up, naming resume_from_checkpoint."""
+    from hookwrap.torch import Checkpoint
+
+    with preset.weave():
+        trainer = tiny_trainer(tmp_path)
+        for settings in ({"on_exception": True}, {"resume_from": "last"}):
+            with pytest.raises(hw.HookError, match=r"resumes it itself.*resume_from_checkpoint"):
+                hw.add_callback(trainer, Checkpoint(tmp_path / "refused", **settings))
+        with pytest.raises(hw.HookError, match="resume_from_checkpoint"):
+            Checkpoint(tmp_path / "ckpt").resume(trainer, "last")

@@ -99,9 +99,11 @@ SETTINGS = [
 ]
 
 
+@pytest.mark.third_party  # Lightning's own SpikeDetection: the thirdparty extra
 @pytest.mark.parametrize("settings", SETTINGS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()) or "defaults")
 @pytest.mark.parametrize("name", list(SEQUENCES))
 def test_the_same_spikes_at_the_same_steps_as_lightning(hw, ht, tmp_path, name, settings):
+    pytest.importorskip("lightning.fabric", reason="needs the thirdparty extra (lightning)")
     losses = SEQUENCES[name]
     expected = lightning_spikes(losses, tmp_path, **settings)
     loop = make_loop(hw, losses)

@@ -44,8 +44,9 @@ from ..errors import HookError, StopTraining
 
 log = logging.getLogger(__name__)  # under "hookwrap": a preset applied, and removed, at INFO
 
-__all__ = ["ACCUMULATES", "PresetHandle", "Stage", "accumulates", "current_run", "log_event", "patch", "resume_callbacks",
-           "resume_without_state", "routed", "running", "stage", "stop_while_running", "target_class"]
+__all__ = ["ACCUMULATES", "RESUMES", "PresetHandle", "Stage", "accumulates", "current_run", "log_event", "patch",
+           "resume_callbacks", "resume_without_state", "resumes_itself", "routed", "running", "stage",
+           "stop_while_running", "target_class"]
 
 _NOTHING = object()
 
@@ -474,6 +475,17 @@ def accumulates(handle: PresetHandle, cls: type, optimizer_step: Stage, how: str
     ``GradAccumulation`` reads it and refuses, naming ``how``."""
     _set(handle, cls, ACCUMULATES, how)
     setattr(optimizer_step.function, ACCUMULATES, how)
+
+
+RESUMES = "__hookwrap_resumes__"  # hookwrap.torch reads it (_attach.FRAMEWORK_RESUME): Checkpoint
+
+
+def resumes_itself(handle: PresetHandle, cls: type, how: str) -> None:
+    """Say that the framework keeps the run's position (its step and epoch counters,
+    its loop) and resumes it itself (``how``: its way, which restores the callbacks'
+    state too): ``Checkpoint``'s resume would put the weights back under a loop
+    that starts again from step 0, so it refuses, naming ``how``."""
+    _set(handle, cls, RESUMES, how)
 
 
 def patch(handle: PresetHandle, cls: type, attr: str, make: Callable[[Any, _Layer], Callable[..., Any]]) -> None:

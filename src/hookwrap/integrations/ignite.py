@@ -31,9 +31,15 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from ._weaving import PresetHandle, _raw, _set, current_run, routed, stage, stop_while_running, target_class
+from ._weaving import (PresetHandle, _raw, _set, current_run, resumes_itself, routed, stage, stop_while_running,
+                       target_class)
 
 __all__ = ["weave"]
+
+# How to resume a run here: Checkpoint's resume, which cannot, names it.
+RESUME = ("ignite's Checkpoint(to_save={..., 'trainer': trainer, 'hookwrap': hw.CallbackState(trainer)}) and "
+          "Checkpoint.load_objects(to_load=..., checkpoint=...): the trainer's state is its position, "
+          "hookwrap's callbacks go with it")
 
 
 class _Ended:
@@ -53,6 +59,7 @@ def weave(engine: Any = None) -> PresetHandle:
     where = "hookwrap.integrations.ignite.weave()"
     cls = target_class(engine, Engine, where, "an ignite Engine class")
     handle = PresetHandle(f"ignite {cls.__qualname__}")
+    resumes_itself(handle, cls, RESUME)  # Checkpoint's resume refuses, naming it
 
     stop = stop_while_running(lambda engine: engine.terminate())
 

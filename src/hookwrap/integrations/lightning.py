@@ -43,12 +43,15 @@ from typing import Any
 from ..errors import HookError
 from .. import callback_state
 from ._weaving import (PresetHandle, accumulates, done, instead, log_event, patch, resume_callbacks, resume_without_state,
-                       routed, stage, stop_while_running, target_class)
+                       resumes_itself, routed, stage, stop_while_running, target_class)
 
 __all__ = ["weave"]
 
 # How to accumulate gradients here: GradAccumulation, which cannot, names it.
 ACCUMULATION = "Trainer(accumulate_grad_batches=N), or in manual optimization step every N batches"
+# How to resume a run here: Checkpoint's resume, which cannot, names it.
+RESUME = ("trainer.fit(module, ckpt_path=...) from a checkpoint Lightning saved (ModelCheckpoint, "
+          "OnExceptionCheckpoint): it restores hookwrap's callbacks too")
 
 
 def weave(module: Any = None) -> PresetHandle:
@@ -110,6 +113,7 @@ def weave(module: Any = None) -> PresetHandle:
         stage(handle, cls, "backward", "backward", stop=stop)
         optimizer_step = stage(handle, cls, "optimizer_step", "optimizer_step", stop=stop, substitutable=True)
         accumulates(handle, cls, optimizer_step, ACCUMULATION)  # GradAccumulation refuses, naming it
+        resumes_itself(handle, cls, RESUME)  # Checkpoint's resume refuses, naming it
         routed(handle, cls, "evaluate", _EvaluationLoop, "run", evaluated, returns=metrics, stop=stop)
         _route_manual_steps(handle, cls, LightningOptimizer, optimizer_step)
         _route_logs(handle, cls, _LoggerConnector, stop)

@@ -38,12 +38,15 @@ from typing import Any
 from .. import callback_state
 from ..errors import HookError
 from ._weaving import (PresetHandle, accumulates, current_run, log_event, patch, resume_callbacks, resume_without_state,
-                       routed, stage, stop_while_running, target_class)
+                       resumes_itself, routed, stage, stop_while_running, target_class)
 
 __all__ = ["weave"]
 
 # How to accumulate gradients here: GradAccumulation, which cannot, names it.
 ACCUMULATION = "TrainingArguments(gradient_accumulation_steps=N)"
+# How to resume a run here: Checkpoint's resume, which cannot, names it.
+RESUME = ("trainer.train(resume_from_checkpoint=...) from a checkpoint the Trainer saved "
+          "(TrainingArguments(save_strategy=...)): it restores hookwrap's callbacks too")
 
 
 def weave(trainer: Any = None) -> PresetHandle:
@@ -78,6 +81,7 @@ def weave(trainer: Any = None) -> PresetHandle:
         routed(handle, cls, "backward", Accelerator, "backward", accelerator_owner, stop=stop)
         optimizer_step = routed(handle, cls, "optimizer_step", AcceleratedOptimizer, "step", optimizer_owner, stop=stop)
         accumulates(handle, cls, optimizer_step, ACCUMULATION)  # GradAccumulation refuses, naming it
+        resumes_itself(handle, cls, RESUME)  # Checkpoint's resume refuses, naming it
         stage(handle, cls, "evaluate", "evaluate", stop=stop)
         _route_logs(handle, cls, stop)
         _checkpoint_callbacks(handle, cls)

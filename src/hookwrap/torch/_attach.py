@@ -24,8 +24,8 @@ from ..errors import CallbackSignatureError, HookError, closest
 from ..extend import Defers, Ending, JoinPointInfo, has_join_point, join_points, per_join_point, process_rank, reader
 from ._around import around_advice
 
-__all__ = ["COUNT", "FRAMEWORK_STEP", "NUMBER_OR_NONE", "CountingCallback", "DefaultEvent", "LogsInto", "On", "Saved",
-           "ShippedCallback", "Source", "checked_logger", "framework_step", "from_object", "is_rank_zero",
+__all__ = ["COUNT", "FRAMEWORK_RESUME", "FRAMEWORK_STEP", "NUMBER_OR_NONE", "CountingCallback", "DefaultEvent", "LogsInto", "On", "Saved",
+           "ShippedCallback", "Source", "checked_logger", "framework_resume", "framework_step", "from_object", "is_rank_zero",
            "is_reference", "positive_number", "resolve_reference", "saved", "settle_logger", "to_float",
            "whole_number"]
 
@@ -482,6 +482,23 @@ def _is_a(obj: Any, what: str) -> bool:
     if what == "model":
         return callable(getattr(obj, "parameters", None)) and callable(getattr(obj, "state_dict", None))
     return False
+
+
+# What a preset sets on the framework's class it weaves when the framework keeps the
+# run's position (its loop, its step and epoch counters) and resumes it itself
+# (hookwrap.integrations._weaving writes the same name): how to resume there.
+FRAMEWORK_RESUME = "__hookwrap_resumes__"
+
+
+def framework_resume(target: Any) -> str | None:
+    """The framework's own way to resume where ``target`` (a class, or one of its
+    objects) is a framework's woven trainer that keeps the run's position; None on a
+    loop of the user's own. ``Checkpoint`` restores weights and counters, not a
+    framework's loop, so its resume refuses such a trainer with it."""
+    if target is None:
+        return None
+    found = getattr(target if isinstance(target, type) else type(target), FRAMEWORK_RESUME, None)
+    return found if isinstance(found, str) else None
 
 
 # What a preset sets on the framework's class it weaves and on its optimizer_step join

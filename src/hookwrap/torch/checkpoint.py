@@ -17,7 +17,8 @@ from typing import Any, Callable, Literal, overload
 from ..errors import HookError, HookwrapWarning, add_note_once
 from .. import callback_state, load_callback_state
 from ..extend import JoinPointInfo, is_join_point, per_join_point, reader, stateful_callbacks
-from ._attach import COUNT, NUMBER_OR_NONE, CountingCallback, DefaultEvent, Saved, from_object, is_rank_zero, saved, whole_number
+from ._attach import (COUNT, NUMBER_OR_NONE, CountingCallback, DefaultEvent, Saved, framework_resume, from_object,
+                      is_rank_zero, saved, whole_number)
 from ._best import MonitoredCallback
 from .checkpoint_io import (CheckpointIO, RemotePath, StoragePath, gather_ranks, of_this_rank, portable_rng,
                             rng_state, set_rng_state, storage_path)
@@ -328,6 +329,7 @@ class Checkpoint(MonitoredCallback):
     # --- attaching ------------------------------------------------------------------
 
     def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
+        self._refuse_framework_resume(target)
         self._target = None if isinstance(target, type) else target
         pairs: list[tuple[str, Callable[..., Any]]] = []
         if self.monitor is not None:
@@ -511,7 +513,23 @@ class Checkpoint(MonitoredCallback):
         rng["generators"] = [generator.get_state() for generator in self.generators]
         return rng
 
+    def _refuse_framework_resume(self, target: Any, resuming: bool = False) -> None:
+        """A framework that keeps the run's position (its loop, its global step)
+        resumes it itself: weights put back here would train again from its step 0,
+        silently. Refused when attached (the global tier: when fit starts, or at the
+        resume), naming the framework's own way."""
+        how = framework_resume(target)
+        if how is None or not (resuming or self.resume_from is not None or self.on_exception
+                               or self.on_signal is not None):
+            return
+        raise HookError(
+            f"{self.where}: {getattr(target, '__qualname__', type(target).__qualname__)} keeps the run's position "
+            f"(its loop and step counters) and resumes it itself, so a resume from this checkpoint would put "
+            f"the weights back and train again from its first step. Resume with {how}. Here Checkpoint can "
+            f"save weights (every_n_steps, save_top_k), without resume_from, on_exception or on_signal.")
+
     def _fit_started(self, obj: Any) -> None:
+        self._refuse_framework_resume(obj)  # attached to the global tier: known only now
         # After a resume_from restore (registered before): the state the run starts from.
         self._completed, self._interrupted = self.step, False
         if self.on_exception:
@@ -741,7 +759,10 @@ class Checkpoint(MonitoredCallback):
         ``strict`` as there: attach the same callbacks first). Returns the loaded
         dict (``["step"]``, ``["epoch"]``: where to continue the loop), or None
         when ``missing_ok`` and there is no such file. Under torch.distributed
-        every rank calls it and loads the file onto its model's device."""
+        every rank calls it and loads the file onto its model's device. Refused on
+        a framework's trainer that resumes its runs itself (HF ``Trainer``,
+        Lightning, ignite), naming its way."""
+        self._refuse_framework_resume(obj, resuming=True)
         file = self.resolve(path)
         if not self.io.exists_on_every_rank(file, self.where):
             if missing_ok:
