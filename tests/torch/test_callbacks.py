@@ -186,6 +186,18 @@ def test_early_stopping_counts_patience_and_ends_fit(hw, ht):
     assert errors == []  # StopTraining is control flow: error callbacks do not run
 
 
+def test_early_stopping_small_gains_name_the_step_of_the_best_they_set(hw, ht):
+    """small_gains_set_best (HF's reading): a gain within min_delta is no improvement,
+    yet becomes the best; the stop message names the step of that best."""
+    scores = [(1.0, 0.1), (0.99, 0.2), (0.98, 0.3), (0.1, 0.9)]
+    loop = make_loop(hw, scores=scores)
+    stopper = ht.EarlyStopping("val_loss", patience=2, min_delta=0.05, small_gains_set_best=True)
+    loop.add_callback(stopper)
+    loop.fit(10)
+    assert stopper.best.value == 0.98 and stopper.wait == 2
+    assert "(best 0.98 at step 6, now 0.98)" in loop.stop_reason, loop.stop_reason
+
+
 def test_early_stopping_max_mode_reads_an_argument_or_return_value(hw, ht):
     loop = make_loop(hw, scores=[(0, 0.5), (0, 0.4), (0, 0.3)])
     loop.add_callback(ht.EarlyStopping("val_acc", mode="max", patience=1))

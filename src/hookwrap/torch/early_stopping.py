@@ -61,7 +61,7 @@ class EarlyStopping(MonitoredCallback):
 
     def not_improved(self, obj: Any, value: float) -> None:
         if self.small_gains_set_best and self.best.beats(value):  # HF: within min_delta, still the best
-            self.best.value = value
+            self.best.value, self.best_step = value, self.step
         self.wait += 1
         if self.wait >= self.patience:
             stop = StopTraining(
