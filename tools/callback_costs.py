@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
@@ -37,6 +38,7 @@ N1, N2 = 100, 600
 WARMUP = 30  # steps before counting: past a Profiler's default window (1 + 1 + 3)
 STEPS_PER_EPOCH = 50
 READ_STEPS = 200
+TIME_LIMIT_S = 24 * 3600.0  # TimeLimit's budget: never spent here, checked every step
 
 
 def make_trainer(hand: str = "") -> Any:
@@ -56,6 +58,8 @@ def make_trainer(hand: str = "") -> Any:
             self.ema = [p.detach().clone() for p in self.model.parameters()]
             self.steps = 0
             self.stop_reason: str | None = None
+            self.scaler = torch.amp.GradScaler("cpu") if hand == "GradScaler" else None
+            self.started = time.monotonic()
 
         @hw.hookable
         def fit(self, steps: int) -> None:
@@ -82,13 +86,15 @@ def make_trainer(hand: str = "") -> Any:
                     loss = self.loss(self.model(inputs), targets)
             else:
                 loss = self.loss(self.model(inputs), targets)
-            self.backward(loss)
+            self.backward(loss if self.scaler is None else self.scaler.scale(loss))
             if hand == "GradClip":
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
             self.optimizer_step()
             if hand == "EMA":
                 with torch.no_grad():
                     torch._foreach_lerp_(self.ema, [p.detach() for p in self.model.parameters()], 1 - 0.999)
+            if hand == "TimeLimit" and time.monotonic() - self.started >= TIME_LIMIT_S:
+                raise hw.StopTraining("time limit reached")
             return loss.detach()
 
         @hw.hookable
@@ -101,7 +107,11 @@ def make_trainer(hand: str = "") -> Any:
 
         @hw.hookable
         def optimizer_step(self) -> None:
-            self.optimizer.step()
+            if self.scaler is not None:
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+            else:
+                self.optimizer.step()
             self.optimizer.zero_grad()
 
         @hw.hookable
@@ -130,11 +140,14 @@ def callbacks(workdir: Path) -> dict[str, Callable[[], Any]]:
         "Profiler": lambda: ht.Profiler(dir=workdir / "profile"),
         "Throughput": lambda: ht.Throughput(),
         "MemoryMonitor": lambda: ht.MemoryMonitor(),
+        "GradScaler": lambda: ht.GradScaler("cpu"),  # float32 here: the scaling's own work
+        "SpikeDetection": lambda: ht.SpikeDetection(),
+        "TimeLimit": lambda: ht.TimeLimit(TIME_LIMIT_S),
     }
     return made
 
 
-HANDS = ("GradClip", "EMA", "Autocast")  # a hand-written twin exists: "hand:<name>"
+HANDS = ("GradClip", "EMA", "Autocast", "GradScaler", "TimeLimit")  # a hand-written twin exists: "hand:<name>"
 
 
 def run(variant: str, steps: int) -> Any:

@@ -13,6 +13,14 @@ Scenarios (``scenario``):
 * ``nan``: rank 1's loss is NaN at step 7; NanGuard(sync=True) stops both at step 7.
 * ``nan_deferred``: the same with NanGuard(check_every=4), which reads its checks
   back at the start of steps 5 and 9: both stop there, after step 8, naming step 7.
+* ``spike``: rank 1's loss spikes (x 1000, its gradient unchanged) at step 7;
+  SpikeDetection(check_every=4) decides at the start of step 9 on both ranks: rank
+  1 raises TrainingSpikeError naming step 7, rank 0 one naming rank 1.
+* ``spike_stop``: the same with action="stop", check_every=1: both stop with
+  StopTraining at the start of step 8.
+* ``time_limit``: TimeLimit(55) on a clock injected per rank, 1 s a step on rank
+  0 and 10 s a step on rank 1: rank 1's budget is spent after step 6, and both
+  stop there (rank 0 alone would go on to step 55).
 * ``best_checkpoint``: BestCheckpoint(restore_best=True) on per-rank val_loss whose
   best is evaluation 2 for rank 0 alone, 3 for the mean: rank 0 writes one file,
   every rank restores the weights of evaluation 3.
@@ -33,8 +41,13 @@ VAL_LOSSES = {  # per scenario, per rank: one value per evaluation
     "nan": [[1.0] * 10, [1.0] * 10],
     "nan_deferred": [[1.0] * 10, [1.0] * 10],
     "best_checkpoint": [[1.0, 0.5, 0.9, 0.9, 0.9], [1.0, 2.0, 0.5, 0.9, 0.9]],
+    "spike": [[1.0] * 10, [1.0] * 10],
+    "spike_stop": [[1.0] * 10, [1.0] * 10],
+    "time_limit": [[1.0] * 40, [1.0] * 40],
 }
 NAN_STEP, NAN_RANK = 7, 1
+SPIKE_STEP, SPIKE_RANK = 7, 1
+TIME_LIMIT_S, SECONDS_PER_STEP = 55.0, (1.0, 10.0)  # per rank
 
 
 def run(rank: int, world_size: int, init_file: str, out_dir: str, no_extensions: str,
@@ -48,7 +61,8 @@ def _train(rank: int, out_dir: str, scenario: str) -> dict[str, Any]:
     from torch.nn.parallel import DistributedDataParallel
 
     import hookwrap as hw
-    from hookwrap.torch import BestCheckpoint, EarlyStopping, NanGuard, NonFiniteError
+    from hookwrap.torch import (BestCheckpoint, EarlyStopping, NanGuard, NonFiniteError, SpikeDetection,
+                                TimeLimit, TrainingSpikeError)
 
     torch.manual_seed(rank)  # different data per rank; DDP keeps the weights equal
     model = DistributedDataParallel(torch.nn.Linear(4, 1))
@@ -81,6 +95,8 @@ def _train(rank: int, out_dir: str, scenario: str) -> dict[str, Any]:
             loss = model(batch).pow(2).mean()
             if scenario.startswith("nan") and rank == NAN_RANK and log["steps"] == NAN_STEP:
                 loss = loss * math.nan
+            if scenario.startswith("spike") and rank == SPIKE_RANK and log["steps"] == SPIKE_STEP:
+                loss = loss + loss.detach() * 999  # the value spikes, the gradient does not
             return loss
 
         @hw.hookable
@@ -97,13 +113,21 @@ def _train(rank: int, out_dir: str, scenario: str) -> dict[str, Any]:
         loop.add_callback(NanGuard(sync=True))
     elif scenario == "nan_deferred":
         loop.add_callback(NanGuard(check_every=4))
+    elif scenario.startswith("spike"):
+        stop = scenario == "spike_stop"
+        loop.add_callback(SpikeDetection(rtol=50.0, action="stop" if stop else "raise",
+                                         check_every=1 if stop else 4))
+    elif scenario == "time_limit":
+        loop.add_callback(TimeLimit(TIME_LIMIT_S, clock=lambda: log["steps"] * SECONDS_PER_STEP[rank]))
     else:
         checkpoint = BestCheckpoint(path, "val_loss", restore_best=True)
         loop.add_callback(checkpoint)
     try:
         loop.fit()
-    except (hw.StopTraining, NonFiniteError) as stop:
+    except (hw.StopTraining, NonFiniteError, TrainingSpikeError) as stop:
         log["stopped"] = f"{type(stop).__name__}: {stop}"
+        if isinstance(stop, TrainingSpikeError):
+            log["spike_step"], log["bad_steps"] = stop.step, stop.bad_steps
     log["restored"] = model.module.weight.detach().flatten().tolist()
     if scenario == "best_checkpoint":
         log["saved"] = checkpoint.saved

@@ -72,3 +72,33 @@ def test_best_checkpoint_one_writer_every_rank_restores(hw, tmp_path):
         assert r["restored"] == pytest.approx(r["weights"][2])  # evaluation 3's weights
         assert r["file"] == pytest.approx(r["weights"][2])
         assert r["weights"][2] != pytest.approx(r["weights"][4])  # training moved on after it
+
+
+@pytest.mark.parametrize("scenario", ["spike", "spike_stop"])
+def test_a_spike_on_one_rank_stops_every_rank_at_the_same_step(hw, tmp_path, scenario):
+    results = _run(hw, tmp_path, scenario)
+    # check_every=4: decided at the read-back before step 9 (one all-reduce), after
+    # step 8 on both ranks; check_every=1: before step 8.
+    stopped_after = 7 if scenario == "spike_stop" else 8
+    assert [r["steps"] for r in results] == [stopped_after] * WORLD
+    bad, good = results[worker.SPIKE_RANK], results[1 - worker.SPIKE_RANK]
+    kind = "StopTraining" if scenario == "spike_stop" else "TrainingSpikeError"
+    assert bad["stopped"].startswith(f"{kind}: SpikeDetection: the loss spiked at step {worker.SPIKE_STEP}: ")
+    assert good["stopped"] == (f"{kind}: SpikeDetection: the loss spiked on rank {worker.SPIKE_RANK} "
+                               f"(not on this one).")
+    if scenario == "spike":
+        assert bad["spike_step"] == worker.SPIKE_STEP and bad["bad_steps"] == [6, 7]
+        assert good["bad_steps"] == []  # no spike of its own
+    assert results[0]["restored"] == pytest.approx(results[1]["restored"])  # DDP kept them in step
+
+
+def test_a_time_budget_spent_on_one_rank_stops_every_rank_at_the_same_step(hw, tmp_path):
+    results = _run(hw, tmp_path, "time_limit")
+    # Rank 1 (10 s a step) reaches 55 s after step 6; rank 0 (1 s a step) would
+    # alone go on to step 55: both stop after step 6, at the same check.
+    assert [r["steps"] for r in results] == [6, 6]
+    assert results[1]["stopped"] == ("StopTraining: TimeLimit: the time limit of 0:00:55 is reached "
+                                     "(60.0 s trained); stopping the run.")
+    assert results[0]["stopped"] == ("StopTraining: TimeLimit: the time limit of 0:00:55 is reached on rank 1 "
+                                     "(not on this one) (6.0 s trained); stopping the run.")
+    assert results[0]["restored"] == pytest.approx(results[1]["restored"])

@@ -286,3 +286,90 @@ def test_float16_with_grad_scaler_equals_the_torch_amp_loop_on_cuda(hw, ht):
     assert BAD_STEP in hand_skipped and scaler.skipped == hand_skipped
     assert scales == hand_scales
     assert all_equal(params(trainer.model), params(model))
+
+
+# --- GradNorm beside GradScaler: the true (unscaled) norm, as torch.amp, HF and Lightning log it
+
+
+def hand_norms(clip: str | None = None, accumulate: int = 1) -> tuple[Any, list[Any], list[int]]:
+    """The torch.amp loop written out, the norm logged where transformers and
+    Lightning log it: after ``scaler.unscale_``, before clipping (``clip="after"``:
+    the norm of the clipped gradients, GradNorm attached after GradClip); with
+    ``accumulate`` > 1, the norm of the gradients summed so far after every backward
+    (divided by the scale on the backwards that do not step, unscaled on those that
+    do). Returns the model, the norms, the steps skipped."""
+    model = make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+    scaler = torch.amp.GradScaler("cpu", **SCALER)
+    norms, skipped = [], []
+    for i, (x, y) in enumerate(make_data(), start=1):
+        with torch.autocast("cpu", dtype=torch.float16):
+            out = model(x)
+        loss = torch.nn.functional.mse_loss(out.float(), y) / accumulate
+        scaler.scale(loss).backward()
+        if i % accumulate:
+            grads = [p.grad / scaler.get_scale() for p in model.parameters()]
+            norms.append(torch.nn.utils.get_total_norm(grads))
+            continue
+        scaler.unscale_(optimizer)
+        if clip is None:
+            norms.append(torch.nn.utils.get_total_norm([p.grad for p in model.parameters()]))
+        else:
+            before = torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)  # HF's grad_norm
+            after = torch.nn.utils.get_total_norm([p.grad for p in model.parameters()])
+            norms.append(before if clip == "before" else after)
+        if sum(v.item() for v in scaler._found_inf_per_device(optimizer).values()):
+            skipped.append(i)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+        scheduler.step()
+    return model, norms, skipped
+
+
+def same_norms(logged: list[tuple[int, float]], hand: list[Any]) -> bool:
+    return [step for step, _ in logged] == list(range(1, len(hand) + 1)) and torch.allclose(
+        torch.tensor([norm for _, norm in logged], dtype=torch.float64), torch.stack(hand).double(),
+        rtol=1e-6, atol=0.0, equal_nan=True)
+
+
+@pytest.mark.parametrize("clip", [None, "before", "after"], ids=["no-clip", "norm-then-clip", "clip-then-norm"])
+def test_grad_norm_beside_grad_scaler_is_the_unscaled_norm(hw, ht, clip):
+    """The norms GradNorm logs are those of the hand loop's unscaled gradients, step by
+    step; on the step the scaler skips, the same non-finite norm (``clip_grad_norm_``'s
+    return value there, which transformers logs; Lightning's ``grad_norm`` in
+    ``on_before_optimizer_step``, after ``unscale_``, too). The weights stay bit for bit."""
+    trainer = make_trainer(hw)
+    trainer.add_callback(ht.Autocast(events="forward", dtype=torch.float16))
+    norm, clipper = ht.GradNorm(), ht.GradClip(MAX_NORM)
+    for cb in {None: [norm], "before": [norm, clipper], "after": [clipper, norm]}[clip]:
+        trainer.add_callback(cb)
+    scaler = ht.GradScaler("cpu", **SCALER)
+    trainer.add_callback(scaler)
+    trainer.fit(0, STEPS)
+    model, hand, skipped = hand_norms(clip)
+    assert BAD_STEP in skipped and scaler.skipped == skipped
+    assert same_norms(norm.history, hand), (norm.history, hand)
+    assert not torch.isfinite(hand[BAD_STEP - 1]) and all(torch.isfinite(n) for n in hand[BAD_STEP:])
+    assert max(n for _, n in norm.history[BAD_STEP:]) < 100  # not the scaled norm (x 2**11 and more)
+    if clip == "after":
+        assert all(n <= MAX_NORM * 1.0001 for _, n in norm.history[BAD_STEP:])
+    assert all_equal(params(trainer.model), params(model if clip else hand_loop(clip=False)[0]))
+
+
+def test_grad_norm_beside_grad_scaler_and_accumulation_unscales_nothing_early(hw, ht):
+    """With GradAccumulation(2), GradNorm after every backward: the norm of the
+    gradients summed so far, divided by the scale where they are not unscaled yet;
+    unscale_ still runs once per optimizer step (the weights are the hand loop's)."""
+    trainer = make_trainer(hw)
+    trainer.add_callback(ht.GradAccumulation(2, clip_grad_norm=MAX_NORM))  # unscales once, before the step
+    trainer.add_callback(ht.Autocast(events="forward", dtype=torch.float16))
+    norm, scaler = ht.GradNorm(), ht.GradScaler("cpu", **SCALER)
+    trainer.add_callback(norm)
+    trainer.add_callback(scaler)
+    trainer.fit(0, STEPS)
+    model, hand, skipped = hand_norms(clip="before", accumulate=2)
+    assert same_norms(norm.history, hand), (norm.history, hand)
+    assert BAD_STEP in skipped and scaler.skipped == [BAD_STEP // 2] and scaler.calls == STEPS // 2
+    assert all_equal(params(trainer.model), params(model))

@@ -419,3 +419,47 @@ def test_a_checkpoint_asks_only_the_guards_of_its_own_object(hw, ht, tmp_path):
     assert (tmp_path / "ckpt" / "step=4.pt").is_file()
     with pytest.raises(ht.NonFiniteError, match="returned nan at step 1"):
         guard.check_pending()
+
+
+# --- the float16 / spike / time-limit callbacks (issue 34) ----------------------------
+
+
+def count_reads(hw: Any, *callbacks: Any) -> tuple[Any, Any]:
+    from hookwrap.torch import count_host_reads
+
+    trainer = tiny_loop(hw)
+    for callback in callbacks:
+        trainer.add_callback(callback)
+    with count_host_reads() as reads:
+        trainer.fit(EPOCHS)
+    assert trainer.steps == 100 and trainer.stop_reason is None
+    return trainer, reads
+
+
+def test_spike_detection_reads_its_losses_back_together(hw, ht):
+    """check_every=20 (the default), epochs of 20 steps: one .tolist() an epoch,
+    every loss decided."""
+    spikes = ht.SpikeDetection()
+    _, reads = count_reads(hw, spikes)
+    assert reads.count == EPOCHS and reads.by_method == {"tolist": EPOCHS}, reads
+    assert spikes.seen == 100 and spikes.spikes == []
+
+
+def test_time_limit_reads_nothing_back(hw, ht):
+    limit = ht.TimeLimit(3600)
+    _, reads = count_reads(hw, limit)
+    assert reads.count == 0, reads
+    assert limit.stopped_at is None and 0 < limit.time_elapsed() < 3600
+
+
+def test_grad_scaler_reads_torchs_one_flag_a_step_and_grad_norm_beside_it_nothing_more(hw, ht):
+    """scaler.step reads its found-inf flag back each step, as torch's does in the
+    hand-written loop; GradNorm's unscaled norm is divided on the device: it adds no
+    read to the scaler's (its norms are read when its history is)."""
+    scaler = ht.GradScaler("cpu")
+    _, reads = count_reads(hw, scaler)
+    assert reads.count == 100 and reads.by_method == {"item": 100}, reads
+    norm = ht.GradNorm(every=10)
+    _, reads = count_reads(hw, ht.GradScaler("cpu"), norm)
+    assert reads.count == 100 and reads.by_method == {"item": 100}, reads
+    assert len(norm.history) == 10 and all(0 < n < 100 for _, n in norm.history)  # unscaled (the scale is 2**16)

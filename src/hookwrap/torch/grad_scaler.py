@@ -12,7 +12,7 @@ from ..errors import CallbackSignatureError, HookError
 from ..extend import JoinPointInfo
 from ._attach import COUNT, On, ShippedCallback, framework_step, from_object, saved
 
-__all__ = ["GradScaler", "unscale_before_clipping"]
+__all__ = ["GradScaler", "scale_of_gradients", "unscale_before_clipping"]
 
 log = logging.getLogger(__name__)  # under "hookwrap": each skipped optimizer step, at INFO
 
@@ -33,6 +33,23 @@ def unscale_before_clipping(obj: Any) -> None:
     for scaler in list(_DUE):
         if scaler._scaled_on == id(obj):
             scaler.unscale(obj)
+
+
+def scale_of_gradients(obj: Any) -> Any:
+    """The factor the gradients of hooked object ``obj`` (None on a function join
+    point) are scaled by now: the scale tensor of the GradScaler that scaled the loss
+    of ``obj`` and has not unscaled its gradients yet (on the device, never read to
+    the host), else None (no GradScaler, or the gradients already unscaled: by
+    GradClip, or by ``scaler.step``). ``GradNorm`` divides its norm by it, so it
+    reports the true norm without unscaling early (``unscale_`` may run once per
+    optimizer step, and with accumulation the next ``backward`` adds scaled
+    gradients). Nothing to do (one set lookup) without one."""
+    if not _DUE:
+        return None
+    for scaler in list(_DUE):
+        if scaler._scaled_on == id(obj):
+            return scaler.scaler._scale  # what scaler.scale(loss) multiplied by: set from then on
+    return None
 
 
 class GradScaler(ShippedCallback):

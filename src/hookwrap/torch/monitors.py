@@ -6,6 +6,7 @@ import functools
 from typing import Any
 
 from ._attach import CountingCallback, DefaultEvent, LogsInto, On, checked_logger, whole_number
+from .grad_scaler import scale_of_gradients
 from .readback import QueuesReadBacks, shared
 
 __all__ = ["GradNorm", "LRMonitor"]
@@ -20,7 +21,15 @@ class GradNorm(LogsInto, QueuesReadBacks, CountingCallback):
     each time. ``history`` holds ``(step, norm)`` (reading it, or ``last``, reads back
     what is still queued); ``logger`` (a MetricsLogger) gets ``grad_norm``, and
     with one the norms queued are settled into it at the end of ``fit`` (or of the
-    hooked object's outermost join point call), however it ends."""
+    hooked object's outermost join point call), however it ends.
+
+    Beside ``GradScaler`` (float16), the norm is that of the true, unscaled gradients,
+    as a hand-written ``torch.amp`` loop, Lightning and transformers log it (after
+    ``scaler.unscale_``): where they are still scaled, the norm is divided on the
+    device by the scaler's scale (no host read, and no early ``unscale_``, so
+    accumulation is untouched); on a step the scaler skips it is ``inf`` or ``nan``,
+    as theirs is. Beside ``GradClip`` on the same event, it is the norm before
+    clipping if attached before it, after clipping if after."""
 
     def __init__(self, model: Any = "model", norm_type: float = 2.0, every: int = 1,
                  event: str = "backward", logger: Any = None,
@@ -43,6 +52,9 @@ class GradNorm(LogsInto, QueuesReadBacks, CountingCallback):
         if not grads:
             return
         norm = total_norm(grads, self.norm_type).detach()
+        scale = scale_of_gradients(obj)
+        if scale is not None:  # a GradScaler's gradients, not unscaled yet: the true norm, on the device
+            norm = norm / scale.to(norm.device)
         self._queued += 1
         shared().put(norm, functools.partial(self._read, self.step))
         if self.logger is not None:

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from ..errors import HookError, StopTraining
 from ._attach import DefaultEvent, On, ShippedCallback
-from .distributed import any_rank, is_distributed
+from .distributed import is_distributed, ranks_where
 
 __all__ = ["TimeLimit"]
 
@@ -61,7 +61,8 @@ class TimeLimit(ShippedCallback):
     (Lightning's ``time_elapsed``); a resume whose budget is already spent stops
     before its first step (or epoch) runs. The decision is logged at INFO. Under
     torch.distributed the ranks stop together: every check is one all-reduce
-    (any rank over the limit stops all), as Lightning broadcasts rank 0's.
+    (any rank over the limit stops all, and the others' message names it), as
+    Lightning broadcasts rank 0's.
     ``time_elapsed()`` and ``time_remaining()`` say where the budget stands.
     """
 
@@ -142,12 +143,16 @@ class TimeLimit(ShippedCallback):
     def _check(self) -> None:
         elapsed = self.time_elapsed()
         over = elapsed >= self.duration
-        if is_distributed():
-            over = any_rank(over)
+        where = ""
+        if is_distributed():  # one all-reduce: any rank over the limit stops every rank, at this check
+            ranks = ranks_where(over)
+            if ranks and not over:
+                where = f" on rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} (not on this one)"
+            over = bool(ranks)
         if over:
             self.stopped_at = elapsed
-            stop = StopTraining(f"TimeLimit: the time limit of {timedelta(seconds=self.duration)} is reached "
-                                f"({elapsed:.1f} s trained); stopping the run.")
+            stop = StopTraining(f"TimeLimit: the time limit of {timedelta(seconds=self.duration)} is reached"
+                                f"{where} ({elapsed:.1f} s trained); stopping the run.")
             log.info("%s", stop)
             raise stop
 
