@@ -373,3 +373,16 @@ def test_grad_norm_beside_grad_scaler_and_accumulation_unscales_nothing_early(hw
     assert same_norms(norm.history, hand), (norm.history, hand)
     assert BAD_STEP in skipped and scaler.skipped == [BAD_STEP // 2] and scaler.calls == STEPS // 2
     assert all_equal(params(trainer.model), params(model))
+
+
+def test_grad_clip_after_every_backward_under_accumulation_is_refused(hw, ht):
+    """GradClip unscales the gradients after the first backward of a step; with
+    GradAccumulation the next backward would add scaled gradients to unscaled ones and
+    the step would mix both scales. Refused at that backward, naming the fix."""
+    trainer = make_trainer(hw)
+    trainer.add_callback(ht.GradAccumulation(2))
+    trainer.add_callback(ht.Autocast(events="forward", dtype=torch.float16))
+    trainer.add_callback(ht.GradClip(MAX_NORM))
+    trainer.add_callback(ht.GradScaler("cpu", **SCALER))
+    with pytest.raises(hw.HookError, match=r"would add to the unscaled ones.*clip_grad_norm"):
+        trainer.fit(0, STEPS)

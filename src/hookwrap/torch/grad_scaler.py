@@ -159,7 +159,15 @@ class GradScaler(ShippedCallback):
 
     def scale(self, loss: Any, obj: Any = None) -> Any:
         """``scaler.scale(loss)``, its gradients then due to be unscaled before they are
-        clipped (for the loop that scales its loss itself: ``backward_event=None``)."""
+        clipped (for the loop that scales its loss itself: ``backward_event=None``).
+        Refused once the gradients were unscaled and not yet stepped: the new, scaled
+        gradients would add to unscaled ones, and the step would mix both scales."""
+        if self._unscaled is not None:
+            raise HookError(
+                f"{self.where}: a loss scaled for backward after the gradients were unscaled (to clip them) and "
+                f"before the optimizer step: the new gradients, scaled, would add to the unscaled ones. Gradients "
+                f"that accumulate are clipped once, before the step: GradAccumulation(steps, clip_grad_norm=...) "
+                f"instead of GradClip, or clip after the last backward of each step.")
         self._scaled_on = id(obj)
         _DUE.add(self)
         return self.scaler.scale(loss)
