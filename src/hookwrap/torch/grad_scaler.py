@@ -308,6 +308,6 @@ def _scaler_device(device: str) -> bool:
     import torch
 
     try:
-        return torch.device(device).type == device
+        return bool(torch.device(device).type == device)
     except RuntimeError:
         return False
