@@ -77,11 +77,12 @@ def make_trainer(hw: Any, device: str = "cpu") -> Any:
 
 
 def hand_loop(device: str = "cpu", clip: bool = True, start: int = 0, stop: int = STEPS,
-              state: dict[str, Any] | None = None) -> tuple[Any, list[float], list[int], Any]:
-    """The same training with no hookwrap: the torch.amp recipe, written out."""
+              state: dict[str, Any] | None = None, schedule: bool = True) -> tuple[Any, list[float], list[int], Any]:
+    """The same training with no hookwrap: the torch.amp recipe, written out
+    (``schedule=False``: no learning-rate scheduler)."""
     model = make_model(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
-    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5 if schedule else 1.0)
     scaler = torch.amp.GradScaler(device, **SCALER)
     if state is not None:
         model.load_state_dict(state["model"])
@@ -211,29 +212,9 @@ def test_on_the_torch_optim_preset_the_optimizer_step_is_what_is_skipped(hw, ht)
             weights = params(model)
         finally:
             handle.remove()
-    hand_model, hand_scales, hand_skipped = hand_loop_without_scheduler()
+    hand_model, hand_scales, hand_skipped, _ = hand_loop(schedule=False)
     assert BAD_STEP in hand_skipped and scaler.skipped == hand_skipped
     assert scales == hand_scales and all_equal(weights, params(hand_model))
-
-
-def hand_loop_without_scheduler() -> tuple[Any, list[float], list[int]]:
-    model = make_model()
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
-    scaler = torch.amp.GradScaler("cpu", **SCALER)
-    scales, skipped = [], []
-    for i, (x, y) in enumerate(make_data(), start=1):
-        with torch.autocast("cpu", dtype=torch.float16):
-            out = model(x)
-        scaler.scale(torch.nn.functional.mse_loss(out.float(), y)).backward()
-        scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
-        if sum(v.item() for v in scaler._found_inf_per_device(optimizer).values()):
-            skipped.append(i)
-        scaler.step(optimizer)
-        scaler.update()
-        optimizer.zero_grad()
-        scales.append(scaler.get_scale())
-    return model, scales, skipped
 
 
 def test_a_skipped_step_is_logged_at_info(hw, ht, caplog):
