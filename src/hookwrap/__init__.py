@@ -11,6 +11,7 @@ from ._callback import (
     callback_state,
     load_callback_state,
     register_global_callback,
+    settle_on_signals,
 )
 from ._chains import emit
 from ._describe import Description, describe
@@ -58,6 +59,7 @@ __all__ = [
     "on",
     "on_error",
     "register_global_callback",
+    "settle_on_signals",
     "weave",
 ]
 

@@ -14,26 +14,31 @@ of the libraries hookwrap replaces catches such typos, they never fire.
 
 A callback that defers (device values queued for a batched read, rows not yet
 written, NaN checks not yet decided) is an optimisation, and must never turn
-into a loss. ``Defers`` gives such a callback one lifecycle: whatever it holds
-is settled
+into a loss. ``Defers`` gives such a callback one lifecycle. It reads back at the
+points it declares itself (NanGuard every ``check_every`` checks, MetricsLogger
+every ``flush_secs`` and at each epoch's end), never once per call, and
+whatever it holds is settled
 
 * when the run's own join point (``fit``, where the target has it) ends: it
   returned, ``StopTraining`` left it, or another exception did;
-* else when the hooked object's *outermost* join point call ends, in any of
-  those three ways (on a loop with no ``fit``, that may be every step: the
-  callback then decides at once rather than never);
-* at the end of a ``hookwrap run`` script (``boundary``), which also
-  lets calls inside it defer to the script's end;
+* when the outermost running ``fit`` of *any* object ends, for the objects it
+  drove (a GAN's ``a.fit`` driving ``b.step``: ``b``'s values);
+* at the end of a ``hookwrap run`` script, or of a ``with boundary():`` block;
 * when ``hookwrap.callback_state(obj)`` is taken (a checkpoint must not hide a
-  check still queued);
+  check still queued), or the callback's handle is removed;
+* on a termination signal (SIGTERM; others with ``settle_on_signals``), before
+  the signal takes its course (the process ends with the status it would have
+  had without hookwrap, or the handler the program installed runs);
 * at interpreter exit, where anything still pending is settled and reported on
-  stderr, loudly.
+  stderr, loudly; a check that fails there makes the exit status 1.
 
-The boundaries are around advice and a post callback the registration adds
-to what the callback attaches (``describe()`` shows ``settle_at_run_end`` or
-``settle_at_end``): once a run on ``fit``; on a target with no ``fit``, on
-every call of every join point, a few microseconds a step (weave the loop's
-own method as ``fit`` to avoid it).
+The run's boundary is around advice and a post callback the registration adds
+to the run's own join point (``describe()`` shows ``settle_at_run_end``): once a
+run, nothing on the other join points. A loop with no ``fit`` (a module-level
+script, a class nobody edited) pays nothing per call: its values are read at
+the callbacks' own points and delivered at the endings above (weave the loop's
+own method as ``fit``, or run it in ``with boundary():``, to have them at the
+loop's end).
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ import atexit
 import contextlib
 import functools
 import logging
+import os
+import signal
 import sys
 import threading
 import weakref
@@ -97,6 +104,9 @@ __all__ = [
     "register_global_callback",
     "settle_all",
     "settle_attached",
+    "settle_driven",
+    "settle_on_signals",
+    "signal_course",
     "settling",
     "stateful_callbacks",
     "track_deferring",
@@ -116,8 +126,10 @@ class Ending(NamedTuple):
     """``"fit"`` (the run's own join point ended), ``"outermost"`` (the hooked
     object's outermost call of another join point ended), ``"state"``
     (``callback_state``), ``"removed"`` (the callback's handle was removed),
-    ``"script"`` (a ``hookwrap run`` script ended) or ``"exit"`` (the interpreter
-    is exiting)."""
+    ``"driver"`` (the outermost running ``fit`` of another object, which drove
+    this one's calls, ended), ``"script"`` (a ``hookwrap run`` script or a
+    ``boundary()`` block ended), ``"signal"`` (a termination signal came: deliver,
+    the process may end next) or ``"exit"`` (the interpreter is exiting)."""
     exception: BaseException | None = None
     """What left the call (``StopTraining`` included); None when it returned."""
 
@@ -160,6 +172,7 @@ class Defers:
     """The join point of a whole run: where the target has it, its end is the
     boundary; elsewhere the outermost call of each join point is."""
     _settled_for = 0  # id() of the error a boundary settled on last
+    _run_ending = False  # its run returned, its post callback (which settles it) not yet run
 
     def settle(self, obj: Any, ending: Ending) -> None:
         raise NotImplementedError(f"{type(self).__qualname__} defers, and must define settle(obj, ending)")
@@ -167,7 +180,7 @@ class Defers:
     def __getstate__(self) -> dict[str, Any]:
         got: Any = super().__getstate__()
         state = dict(got if got is not None else self.__dict__)
-        for per_process in ("_depth", "_settled_for"):  # calls in flight here, not in the copy
+        for per_process in ("_depth", "_settled_for", "_run_ending"):  # calls in flight here, not in the copy
             state.pop(per_process, None)
         return state
 
@@ -206,103 +219,145 @@ class Defers:
 
     def boundary_advice(self, target: Any, pairs: list[tuple[str, Callable[..., Any]]]) \
             -> list[tuple[str, Callable[..., Any]]]:
-        """``around-`` advice on the join points whose end is a boundary: the run's
-        own (``run_event``) where the target has it, else every join point of the
-        target (for the global tier: those the callback attaches to)."""
+        """Advice on the run's own join point (``run_event``) where the target has it
+        (for the global tier: wherever one exists). Nothing on the other join points:
+        a loop with no run is read at the callback's own points and settled at the
+        endings (see the module's docstring), never once per call."""
         if not hasattr(self, "_depth"):
             self._depth = {}
         run = normalize(self.run_event) if self.run_event else None
-        if target is None:  # the global tier: the join points of its events, and the run's
-            every = all_join_points()
-            names = {normalize(name) for phase, name in (parse_event(e, "Defers") for e, _ in pairs)
-                     if phase != CUSTOM}
-            if run is not None and any(normalize(jp.event) == run for jp in every):
-                names.add(run)
-            found = {name: [jp for jp in every if normalize(jp.event) == name] for name in names}
+        if run is None:
+            return []
+        if target is None:  # the global tier: every join point of the run's name
+            found = [jp for jp in all_join_points() if normalize(jp.event) == run]
         else:
-            # Not `init`: an object being made holds nothing deferred yet.
-            found = {name: [jp] for name, jp in target_join_points(target).items() if name != "init"}
-            if run in found and found[run][0].run_wrapped is None:
-                found = {run: found[run]}  # a sync fit: its end alone (calls inside it are nested)
-        advice: list[tuple[str, Callable[..., Any]]] = []
-        for name, jps_named in sorted(found.items()):
-            event, at_run = jps_named[0].event, name == run
-            if any(jp.run_wrapped is not None for jp in jps_named):
-                # A coroutine's or generator's call returns before it runs: no around
-                # advice; a run's post and error callbacks run when it has (after the
-                # body, inside the coroutine), so they settle there.
-                if at_run:
-                    advice += [(f"post-{event}", _marked(reader(self._settle_after_run, "post-"))),
-                               (f"error-{event}", _marked(reader(self._settle_after_failed_run, "error-",
-                                                                 "exception")))]
-                continue
-            # Chosen per join point when planned (a method's advice gets the object, a
-            # function's does not): the global tier reaches both, and ones made later.
-            methods = (self.settle_at_run_end, self.settle_at_run_end_fn) if at_run else \
-                (self.settle_at_end, self.settle_at_end_fn)
-            around = _marked(per_join_point(self, methods[0].__name__, functools.partial(_by_object, *methods)))
-            after = _marked(reader(self._settle_after_run if at_run else self._settle_after, "post-"))
-            advice += [(f"around-{event}", around), (f"post-{event}", after)]
-            if at_run:  # once a run: a post callback of the run's own raising is seen too
-                advice.append((f"error-{event}", _marked(reader(self._settle_after_failed_run, "error-",
-                                                                "exception"))))
-        return advice
+            jp = target_join_points(target).get(run)
+            found = [jp] if jp is not None else []
+        if not found:
+            return []
+        event = found[0].event
+        if any(jp.run_wrapped is not None for jp in found):
+            # A coroutine's or generator's call returns before it runs: no around
+            # advice; a run's post and error callbacks run when it has (after the
+            # body, inside the coroutine), so they settle there.
+            return [(f"post-{event}", _marked(reader(self._settle_after_run, "post-"))),
+                    (f"error-{event}", _marked(reader(self._settle_after_failed_run, "error-", "exception")))]
+        # Chosen per join point when planned (a method's advice gets the object, a
+        # function's does not): the global tier reaches both, and ones made later.
+        around = _marked(per_join_point(self, "settle_at_run_end",
+                                        functools.partial(_by_object, self.settle_at_run_end,
+                                                          self.settle_at_run_end_fn)))
+        # A post callback of the run's own raising is seen by the error callback.
+        return [(f"around-{event}", around), (f"post-{event}", _marked(reader(self._settle_after_run, "post-"))),
+                (f"error-{event}", _marked(reader(self._settle_after_failed_run, "error-", "exception")))]
 
-    # The boundary is the end of the outermost call *with its post callbacks* (where
+    # The boundary is the end of the run's call *with its post callbacks* (where
     # values are queued): around advice counts the depth and settles when an
     # exception leaves; a post callback, after the callback's own, settles a return.
-    # One around method per kind of boundary and of join point (a method's advice
-    # gets the object; a function's does not), so describe() names which.
+    # One around method per kind of join point (a method's advice gets the object; a
+    # function's does not).
 
     def settle_at_run_end(self, obj: Any, proceed: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """The run's own join point: settle when it ends, however it ends."""
-        return self._boundary("fit", obj, proceed, args, kwargs)
+        return self._boundary(obj, proceed, args, kwargs)
 
     def settle_at_run_end_fn(self, proceed: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return self._boundary("fit", None, proceed, args, kwargs)
+        return self._boundary(None, proceed, args, kwargs)
 
-    def settle_at_end(self, obj: Any, proceed: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Any join point: settle when the object's outermost call ends."""
-        return self._boundary("outermost", obj, proceed, args, kwargs)
-
-    def settle_at_end_fn(self, proceed: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return self._boundary("outermost", None, proceed, args, kwargs)
-
-    def _boundary(self, where: str, obj: Any, proceed: Callable[..., Any], args: tuple[Any, ...],
+    def _boundary(self, obj: Any, proceed: Callable[..., Any], args: tuple[Any, ...],
                   kwargs: dict[str, Any]) -> Any:
         depth = self._depth
-        key = (get_ident(), id(obj))  # per thread: another thread's call is not nested in this one
+        thread = get_ident()
+        key = (thread, id(obj))  # per thread: another thread's call is not nested in this one
         outer = depth.get(key, 0)
         depth[key] = outer + 1
+        if not outer:
+            _runs_open[thread] = _runs_open.get(thread, 0) + 1
         try:
             return proceed(*args, **kwargs)
         except BaseException as exc:
             if not outer:
                 del depth[key]
+                _run_closed(thread)
                 self._settled_for = id(exc)  # the run's error callback then sees it settled (an id:
                 # the exception would keep its frames alive)
                 # sys.exit(0) inside the run ends it normally (a NaN found then ends it instead);
                 # KeyboardInterrupt and other exits leave as failures, what was held written.
-                normal = isinstance(exc, SystemExit) and exc.code in (None, 0)
-                self.settle(obj, Ending(where, None if normal else exc))
+                ending = Ending("fit", None if isinstance(exc, SystemExit) and exc.code in (None, 0) else exc)
+                try:
+                    self.settle(obj, ending)
+                finally:
+                    if not _runs_open.get(thread):
+                        settle_driven(Ending("driver", ending.exception))
             raise
         finally:
             if outer:
                 depth[key] = outer
-            else:
-                depth.pop(key, None)
+            elif key in depth:  # returned: its post callback settles it, next
+                del depth[key]
+                _run_closed(thread)
+                self._run_ending = True
+
+    def holds_run_open(self) -> bool:
+        """Is a run of this callback's (its ``fit``) still running, in any thread?"""
+        return any(getattr(self, "_depth", {}).values()) or self._run_ending
 
     def _settle_after_run(self, obj: Any) -> None:
         if not self._depth.get((get_ident(), id(obj))):
-            self.settle(obj, Ending("fit"))
+            self._run_ending = False
+            try:
+                self.settle(obj, Ending("fit"))
+            finally:
+                if not _runs_open.get(get_ident()):
+                    settle_driven(Ending("driver"))
 
     def _settle_after_failed_run(self, obj: Any, exception: BaseException) -> None:
         if not self._depth.get((get_ident(), id(obj))) and self._settled_for != id(exception):
             self.settle(obj, Ending("fit", exception))
 
-    def _settle_after(self, obj: Any) -> None:
-        if not self._depth.get((get_ident(), id(obj))) and not _script_depth:  # inside a script, its end will come
-            self.settle(obj, Ending("outermost"))
+
+# Runs (any deferring callback's fit) open per thread: when the outermost ends, the
+# objects it drove are settled (settle_driven).
+_runs_open: dict[int, int] = {}
+
+
+def _run_closed(thread: int) -> None:
+    left = _runs_open.get(thread, 1) - 1
+    if left:
+        _runs_open[thread] = left
+    else:
+        _runs_open.pop(thread, None)
+
+
+def settle_driven(ending: Ending) -> None:
+    """The outermost running ``fit`` of a thread ended: every deferring callback still
+    holding something, whose own run is not running, is settled (a trainer driven by
+    another's ``fit``, whose own ``fit`` never runs). The first error raises after
+    every callback had its turn (the others noted on it); when the run is already
+    failing, they are notes on its exception."""
+    errors: list[tuple[Defers, BaseException]] = []
+    for cb in deferring_callbacks():
+        if cb.holds_run_open() or not cb.pending():
+            continue
+        try:
+            cb.settle(None, ending)
+        except Exception as exc:  # noqa: BLE001 - every callback gets its turn
+            errors.append((cb, exc))
+    _raise_or_note(errors, ending.exception, "at the end of the run that drove it")
+
+
+def _raise_or_note(errors: list[tuple[Defers, BaseException]], leaving: BaseException | None, when: str) -> None:
+    """Errors settling raised: the first raised (the others noted on it), or, when
+    ``leaving`` is already going, each noted on it."""
+    if not errors:
+        return
+    if leaving is None:
+        first = errors[0][1]
+        for cb, other in errors[1:]:
+            first.add_note(f"hookwrap: also, {type(cb).__name__}: {type(other).__name__}: {other}")
+        raise first
+    for cb, error in errors:
+        leaving.add_note(f"hookwrap: {type(cb).__name__} {when}: {type(error).__name__}: {error}")
 
 
 _BOUNDARY_ATTR = "__hookwrap_boundary__"  # on each boundary callable boundary_advice makes
@@ -335,9 +390,11 @@ class SettlingHandle(Handle):
 
     def remove(self) -> None:
         settle, self._settle = self._settle, None
-        if settle is not None and self.active:
-            settle()
-        super().remove()
+        try:
+            if settle is not None and self.active:
+                settle()  # may raise (a NaN it held): removed all the same
+        finally:
+            super().remove()
 
 
 def settling(handle: Handle, cb: Any, target: Any) -> Handle:
@@ -350,10 +407,34 @@ def settling(handle: Handle, cb: Any, target: Any) -> Handle:
 
 
 def track_deferring(cb: Defers) -> None:
-    """Settle ``cb`` at the process-wide boundaries (a script's end, exit) even before
-    it is attached: a logger other callbacks log into may never be."""
+    """Settle ``cb`` at the process-wide boundaries (a script's end, a termination
+    signal, exit) even before it is attached: a logger other callbacks log into may
+    never be."""
     with _lock:
         _DEFERRING.add(cb)
+    _SIGNALS.install()
+    _settle_after_each_cell()
+
+
+_cells_watched = False
+
+
+def _settle_after_each_cell() -> None:
+    """In IPython or Jupyter, the end of each cell is a boundary that always comes (a
+    notebook never exits): what a loop with no ``fit`` left held arrives there."""
+    global _cells_watched  # noqa: PLW0603
+    if _cells_watched or "IPython" not in sys.modules:
+        return
+    shell = getattr(sys.modules["IPython"], "get_ipython", lambda: None)()
+    events = getattr(shell, "events", None)
+    if events is None:
+        return
+    _cells_watched = True
+
+    def after_cell(*args: Any) -> None:
+        _raise_or_note(settle_all(Ending("script")), None, "at the end of the cell")
+
+    events.register("post_run_cell", after_cell)
 
 
 def deferring_callbacks() -> list[Defers]:
@@ -386,12 +467,12 @@ def settle_all(ending: Ending) -> list[tuple[Defers, BaseException]]:
 def boundary() -> Iterator[None]:
     """A block whose end is a boundary that will come: ``hookwrap run`` runs a
     script in one, and a loop of plain functions may run in one too (``with
-    boundary(): for batch in data: step(batch)``). Outermost join point calls
-    inside it that return defer to its end (NanGuard still reads every
-    ``check_every`` checks), where every deferring callback is settled. An error a
+    boundary(): for batch in data: step(batch)``). At its end every deferring
+    callback is settled (what the loop's last steps left held arrives there, not
+    at interpreter exit). An error a
     callback raises there propagates (the first; the others as notes), unless the
     block is already leaving by an exception, which then goes on."""
-    global _script_depth
+    global _script_depth  # noqa: PLW0603
     with _lock:
         _script_depth += 1
     leaving: BaseException | None = None
@@ -406,30 +487,146 @@ def boundary() -> Iterator[None]:
     finally:
         with _lock:
             _script_depth -= 1
-        errors = settle_all(Ending("script", leaving))
-        if errors and leaving is None:
-            first = errors[0][1]
-            for cb, other in errors[1:]:
-                first.add_note(f"hookwrap: also, {type(cb).__name__}: {type(other).__name__}: {other}")
-            raise first
-        for cb, error in errors:
-            print(f"hookwrap: {type(cb).__name__} at the end of the script: {type(error).__name__}: {error}",
-                  file=sys.stderr)
+        ending = Ending("script", leaving)
+        errors = settle_all(ending)
+        if ending.failed:  # its own error goes on: these are said beside it
+            for cb, error in errors:
+                print(f"hookwrap: {type(cb).__name__} at the end of the script: {type(error).__name__}: {error}",
+                      file=sys.stderr)
+        _raise_or_note(errors, leaving if ending.failed else None, "at the end of the script")
 
 
 def _at_exit() -> None:
-    """Interpreter exit: settle what is still held, and say so on stderr."""
+    """Interpreter exit: settle what is still held, and say so on stderr. A check
+    that fails here (a NaN found last) makes the exit status 1: a scheduler or CI
+    must not record the run as a success."""
     held = [(cb, cb.pending()) for cb in deferring_callbacks()]
     held = [(cb, what) for cb, what in held if what]
     errors = settle_all(Ending("exit"))
     for cb, what in held:
         print(f"hookwrap: at interpreter exit, {getattr(cb, 'state_key', type(cb).__name__)} still held "
-              f"{what}, delivered now: no boundary it settles at (the end of fit, or of the outermost "
-              f"join point call) ended before the interpreter did. See 'Nothing lost' in the shipped "
-              f"callbacks guide.", file=sys.stderr)
+              f"{what}, delivered now: no boundary it settles at (the end of fit, of a with "
+              f"hookwrap.extend.boundary() block, or of a hookwrap run script) ended before the "
+              f"interpreter did. See 'Nothing lost' in the shipped callbacks guide.", file=sys.stderr)
     for cb, exc in errors:
         print(f"hookwrap: at interpreter exit, {getattr(cb, 'state_key', type(cb).__name__)} found: "
               f"{type(exc).__name__}: {exc}", file=sys.stderr)
+    if errors:
+        print("hookwrap: exiting with status 1: a callback found the run failed only at interpreter exit.",
+              file=sys.stderr)
+        # No other way to change the status from an exit handler: what os._exit skips
+        # (the handlers registered before hookwrap's, logging's among them) is done first.
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(1)
+
+
+# --- Termination signals: what is held delivered, then the signal's own course ------
+
+class _Signals:
+    """The handlers that deliver what deferring callbacks hold when a termination
+    signal comes, then hand the signal on: to the handler the program had installed,
+    else its default action (the process ends with the status the signal gives it).
+    Installed in the main thread once something defers, over the default action or
+    a Python handler only (an ignored signal stays ignored)."""
+
+    def __init__(self) -> None:
+        self.wanted: tuple[int, ...] = (signal.SIGTERM,)
+        self.previous: dict[int, Any] = {}  # signal -> the handler ours replaced
+        self.pid = 0  # the process that installed them (a forked worker inherits them)
+
+    def install(self) -> None:
+        if all(number in self.previous for number in self.wanted) \
+                or threading.current_thread() is not threading.main_thread():
+            return  # done, or not possible here: the next registration in the main thread tries again
+        self.pid = os.getpid()
+        for number in self.wanted:
+            if number in self.previous:
+                continue
+            current = signal.getsignal(number)
+            if current == signal.SIG_IGN or current is None:
+                continue  # ignored; set from outside Python: left alone
+            self.previous[number] = current
+            signal.signal(number, self.handle)
+
+    def uninstall(self, keep: tuple[int, ...] = ()) -> None:
+        """Ours replaced by what was there before, except for ``keep``."""
+        for number in [n for n in self.previous if n not in keep]:
+            if signal.getsignal(number) == self.handle:
+                signal.signal(number, self.previous[number])
+            del self.previous[number]
+
+    def handle(self, signum: int, frame: Any) -> None:
+        if os.getpid() != self.pid:  # a forked worker (a DataLoader's): its copies are not the run's
+            self.hand_on(signum, frame)
+            return
+        self.deliver(signum)
+        if signal.getsignal(signum) != self.handle:
+            return  # called by the handler that replaced ours (Lightning's chains to it): it decides
+        self.hand_on(signum, frame)
+
+    def deliver(self, signum: int) -> None:
+        """Every deferring callback settled (nothing raised over the signal: reported)."""
+        for cb, exc in settle_all(Ending("signal")):  # each settled, whatever the others raised
+            print(f"hookwrap: on {signal.Signals(signum).name}, {getattr(cb, 'state_key', type(cb).__name__)} "
+                  f"found: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+    def course(self, signum: int, handler: Any) -> Any:
+        """``handler``, or where it is ours, the one ours hands the signal on to."""
+        return self.previous.get(signum, signal.SIG_DFL) if handler == self.handle else handler
+
+    def hand_on(self, signum: int, frame: Any) -> None:
+        """The signal as the process would have had it without hookwrap."""
+        previous = self.previous.get(signum, signal.SIG_DFL)
+        if callable(previous):
+            previous(signum, frame)  # the program's own handler (it may exit, raise, or go on)
+            return
+        # The default action: end the process by the signal itself (the same status).
+        self.previous.pop(signum, None)
+        signal.signal(signum, signal.SIG_DFL)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os.kill(os.getpid(), signum)
+
+
+_SIGNALS = _Signals()
+
+
+def signal_course(signum: int, handler: Any) -> Any:
+    """``handler`` as a signal's course: where it is hookwrap's own (what deferring
+    callbacks hold delivered, then handed on), the handler it hands on to."""
+    return _SIGNALS.course(signum, handler)
+
+
+def settle_on_signals(*signals: Any) -> tuple[int, ...]:
+    """The signals on which what deferring callbacks hold is delivered before the
+    signal takes its course (default: SIGTERM, how SLURM, Kubernetes and most
+    schedulers stop a job). Add SIGINT, SIGHUP, SIGUSR1 or SIGUSR2 (numbers or
+    names; ``settle_on_signals("SIGTERM", "SIGUSR1")``); returns them as numbers.
+    Call it in the main thread."""
+    valid = signal.valid_signals()
+    numbers: list[int] = []
+    for one in signals:
+        number: Any = getattr(signal, one if one.startswith("SIG") else f"SIG{one}", None) \
+            if isinstance(one, str) else one
+        if isinstance(number, bool) or not isinstance(number, int) or number not in valid \
+                or number in (getattr(signal, "SIGKILL", -1), getattr(signal, "SIGSTOP", -1)):
+            raise HookError(f"settle_on_signals: {one!r} is not a signal that can be caught on this platform; "
+                            f"pass signal.SIGTERM, 'SIGUSR1', ...")
+        if int(number) not in numbers:
+            numbers.append(int(number))
+    if not numbers:
+        raise HookError("settle_on_signals: name at least one signal (signal.SIGTERM).")
+    if threading.current_thread() is not threading.main_thread():
+        raise HookError("settle_on_signals: Python sets signal handlers in the main thread only; call it there.")
+    _SIGNALS.wanted = tuple(numbers)
+    _SIGNALS.uninstall(keep=_SIGNALS.wanted)
+    if _DEFERRING:
+        _SIGNALS.install()
+    return _SIGNALS.wanted
 
 
 atexit.register(_at_exit)

@@ -36,9 +36,10 @@ shipped ones do:
 * **Defer without losing anything**: mix ``Defers`` into a callback that holds
   values back (a batched read from the device, rows written in batches) and
   define ``settle(obj, ending)``; it is called at every boundary that always
-  comes: the end of ``fit`` (or of the hooked object's outermost join point
-  call), however it ends, ``callback_state``, the end of a ``hookwrap run``
-  script, interpreter exit. ``describe()`` shows where (``settle_at_end``).
+  comes: the end of ``fit`` (its ``run_event``), however it ends, or of the
+  outermost ``fit`` that drove it, ``callback_state``, the end of a ``hookwrap
+  run`` script or a ``boundary()`` block, a notebook cell's end, SIGTERM,
+  interpreter exit. ``describe()`` shows where (``settle_at_run_end``).
 * **Return a handle** that undoes what you did: subclass ``Removable``
   (``remove()``, and a context manager removing on exit), as
   ``hookwrap.integrations``' presets do; ``is_join_point`` tells whether an
@@ -152,8 +153,8 @@ print(watcher.seen)  # ["the trainer's model", 'a model passed in']
 ```
 
 A callback that holds values back and writes them in batches, settled at the
-end of the loop's outermost call however it ends (here a ``StopTraining``
-raised by another callback of the same event, which runs first):
+end of the run (its ``run_event``, ``"fit"``) however it ends (here a
+``StopTraining`` raised by another callback of the same event, which runs first):
 
 ```python
 import hookwrap as hw
@@ -177,7 +178,7 @@ class BatchedLog(Defers, hw.Callback):
 
 class Trainer(hw.Hookable):
     @hw.hookable
-    def train(self, losses):
+    def fit(self, losses):
         for value in losses:
             self.loss(value)
 
@@ -196,7 +197,7 @@ trainer, log = Trainer(), BatchedLog()
 trainer.add_callback(log)
 trainer.after("loss", stop_at_three)
 try:
-    trainer.train([1, 2, 3, 4])
+    trainer.fit([1, 2, 3, 4])
 except hw.StopTraining:
     pass
 print(log.written)  # [1, 2, 3]
@@ -219,6 +220,7 @@ from ._callback import (
     Ending,
     boundary,
     settle_all,
+    signal_course,
     stateful_callbacks as _stateful_callbacks,
     track_deferring,
 )
@@ -257,6 +259,7 @@ __all__ = [
     "listened",
     "reader",
     "settle_all",
+    "signal_course",
     "stateful_callbacks",
     "track_deferring",
     "weave_only",

@@ -50,8 +50,8 @@ The run's end: a Fabric loop has no ``fit`` call. Deferring callbacks (``Metrics
 rows, ``NanGuard``'s queued checks) settle when ``fabric.call("on_train_end")`` or
 ``("on_fit_end")`` runs (the run ended: loggers finalize), at the end of a ``with
 hookwrap.extend.boundary():`` block around your loop (``hookwrap run`` runs the script in
-one), and otherwise at the end of each outermost call of these events (at once: a
-read per step).
+one), and otherwise at the process's endings (SIGTERM, exit); between those they read
+back at their own points (NanGuard every ``check_every`` checks), never once per step.
 
 ``hw.StopTraining`` (``EarlyStopping`` on ``evaluate``, any callback here): with
 ``stop="raise"`` (the default) it propagates out of the call that raised it into your

@@ -15,6 +15,7 @@ import threading
 from typing import Any, Callable
 
 from ..errors import HookError
+from ..extend import signal_course
 
 __all__ = ["Caught", "signal_numbers"]
 
@@ -94,7 +95,9 @@ class Caught:
         the run ends with ``SystemExit(128 + signum)``, the status a shell reports
         for a process a signal ended, unwinding so that ``finally`` blocks and the
         deferred callbacks' ends still run; an ignored signal lets the run go on."""
-        previous = self.previous.get(signum, signal.SIG_DFL)
+        # hookwrap's own handler (delivering held values) is passed over: this save's
+        # SystemExit unwinds through the run's boundaries, which deliver them.
+        previous = signal_course(signum, self.previous.get(signum, signal.SIG_DFL))
         self.restore()
         if callable(previous):
             handler: Callable[[int, Any], Any] = previous

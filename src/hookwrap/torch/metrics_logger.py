@@ -181,20 +181,24 @@ class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
     (:mod:`hookwrap.torch.readback`), and the rows read are sent in batches: when
     an epoch ends (asynchronously on CUDA: a row whose copy is still running goes
     at the next flush), when 1024 rows wait (the current step's stay for the
-    next), every ``flush_secs`` seconds (10; None: never by time) with what is
-    read by then, and at every boundary of its lifecycle (``hookwrap.extend.Defers``),
-    waiting for the device: when ``fit_event`` ends (it returned, a
-    ``StopTraining`` or another exception left it), else when the hooked object's
-    outermost join point call ends; when ``callback_state`` is taken, ``read()``
-    is called or the logger is pickled; at the end of a ``hookwrap run`` script;
-    at interpreter exit (reported on stderr). Nothing logged is lost however the
-    run ends. A batch gives each logger one
+    next), every ``flush_secs`` seconds (10; None: only at the boundaries below)
+    with what is read by then, and at every boundary of its lifecycle
+    (``hookwrap.extend.Defers``), waiting for the device: when ``fit_event`` ends
+    (it returned, a ``StopTraining`` or another exception left it), or the
+    outermost running ``fit`` of another object that drove this one; when
+    ``callback_state`` is taken, ``read()`` is called or the logger is pickled; at
+    the end of a ``hookwrap run`` script or a ``with hookwrap.extend.boundary():``
+    block; on SIGTERM (``hookwrap.settle_on_signals`` for others); at interpreter
+    exit (reported on stderr). Nothing logged is lost however the run ends; on a
+    loop with no ``fit`` no step costs a read of its own. A batch gives each logger one
     ``log_metrics(metrics, step)`` per step, in step order (a name logged twice in
     a step, a second call; the evaluation after an epoch's flush, a call of its
     own for that step), then ``save()`` where it has one. When ``fit_event``
     ends, each logger's ``finalize("success")`` is called (also when stopped;
-    ``"failed"`` when it raises), else its ``save()``. A value that is not a
-    number (a confusion matrix in the metrics) is refused naming its key.
+    ``"failed"`` when it raises), else its ``save()``. A value that is not one
+    number (a confusion matrix in the metrics) is left out, with a
+    ``HookwrapWarning`` naming its key and the fix, once per key: a logger never
+    ends a run.
 
     A logger that raises misses the rest of that batch; the other loggers still
     get theirs, and then its exception propagates with a note naming it and the
@@ -242,6 +246,7 @@ class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
             raise HookError("MetricsLogger: nothing to log to. Pass path= (a CSV file) and/or loggers=[...] "
                             "(objects with log_metrics(metrics, step), such as Lightning's loggers).")
         self.losses = 0
+        self._refused: set[str] = set()  # names of values left out (not one number), each said once
         self._training_rows = 0  # framework rows of training (not evaluation) values
         self._reads_rows = self._warned = False
         self._rows_of: dict[type, bool] | None = None  # on the global tier: which classes log their own rows
@@ -301,6 +306,8 @@ class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
         queued for read-back, not read now."""
         if not is_rank_zero():  # another callback's value, on a rank that never flushes
             return
+        if not self._loggable(name, value, step):
+            return
         row: list[Any] = [self.step if step is None else step, name, None]
         if hasattr(value, "detach") and value.numel() == 1:
             shared().put(value, functools.partial(_fill, row))
@@ -322,12 +329,13 @@ class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
 
     def record_loss(self, obj: Any, value: Any) -> None:
         if isinstance(value, (tuple, list)):
-            raise HookError(
-                f"MetricsLogger: join point {self.events['loss']!r} returned a {type(value).__name__} of "
-                f"{len(value)} ({', '.join(type(v).__name__ for v in value)}), not one loss: a model's "
-                f"(logits, loss). Log the loss itself: make the function that computes it the loss join "
-                f"point (hookwrap run --weave loss=torch.nn.functional:cross_entropy; hw.weave), or pass "
-                f"loss_event= one that returns it.")
+            self._refuse("loss", (
+                f"join point {self.events['loss']!r} returned a {type(value).__name__} of {len(value)} "
+                f"({', '.join(type(v).__name__ for v in value)}), not one loss: a model's (logits, loss). Log "
+                f"the loss itself: make the function that computes it the loss join point (hookwrap run "
+                f"--weave loss=torch.nn.functional:cross_entropy; hw.weave), or pass loss_event= one that "
+                f"returns it"))
+            return
         if self._framework_logs(obj, "loss"):
             return
         self.losses += 1
@@ -350,9 +358,7 @@ class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
         if self._framework_logs(obj, "metrics"):
             return
         metrics = value if isinstance(value, Mapping) else {"metric": value}
-        for name, metric in metrics.items():  # all checked before any is logged
-            self._check_number(str(name), metric)
-        for name, metric in metrics.items():
+        for name, metric in metrics.items():  # one that is not a number is reported and left out
             self.log(str(name), metric)
 
     def record_row(self, obj: Any, row: Any) -> None:
@@ -361,25 +367,41 @@ class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
         step = int(row["step"])
         values = {str(name): value for name, value in row.items() if name != "step"}
         for name, value in values.items():
-            self._check_number(name, value, step)
-        for name, value in values.items():
             self.log(name, value, step)
         if not any(name.startswith(("eval", "val", "test")) or name == "train_runtime" for name in values):
             self._training_rows += 1
         if not self.in_boundary(obj):
             self.settle(obj, Ending("outermost"))
 
-    def _check_number(self, name: str, value: Any, step: int | None = None) -> None:
-        """Refuse, by name, a value that is not one number (ignite's confusion matrix)."""
+    def _loggable(self, name: str, value: Any, step: int | None) -> bool:
+        """Is ``value`` one number? One that is not (a confusion matrix beside
+        ``val_loss``) is reported once per name, naming the fix, and left out: a
+        logger is a side job, and never ends a run (HF's loggers drop such values too)."""
+        if isinstance(value, (int, float)):
+            return True
         numel = getattr(value, "numel", None)
-        if (callable(numel) and numel() != 1) or \
-                (numel is None and not isinstance(value, (int, float)) and not hasattr(value, "__float__")):
-            shape = f"a tensor of shape {tuple(value.shape)}" if callable(numel) else f"a {type(value).__name__}"
-            raise HookError(
-                f"MetricsLogger: the metric {name!r} at step {self.step if step is None else step} is {shape}, "
-                f"not one number. Log a "
-                f"number per name (reduce it, or return its scalars under keys of their own), or leave it "
-                f"out of what the {self.events['metrics']!r} join point returns.")
+        if callable(numel):
+            if numel() == 1:
+                return True
+            what = f"a tensor of shape {tuple(value.shape)}"
+        elif hasattr(value, "__float__") and not isinstance(value, (str, bytes)):
+            return True
+        else:
+            what = f"a {type(value).__name__}"
+        self._refuse(name, (
+            f"the metric {name!r} at step {self.step if step is None else step} is {what}, not one number. "
+            f"Log a number per name (reduce it, or return its scalars under keys of their own), or leave it "
+            f"out of what the {self.events['metrics']!r} join point returns"))
+        return False
+
+    def _refuse(self, name: str, why: str) -> None:
+        """A value that cannot be logged: left out, said once per name (a warning)."""
+        refused = self.__dict__.setdefault("_refused", set())  # (a logger pickled before it had one)
+        if name in refused:
+            return
+        refused.add(name)
+        warnings.warn(f"MetricsLogger: {why}. It is left out (this once said; the other values are logged).",
+                      HookwrapWarning, stacklevel=3)
 
     def end_of_epoch(self, obj: Any = None) -> None:
         shared().read()  # what is queued (CUDA: the copies done by now)

@@ -20,8 +20,8 @@ class GradNorm(LogsInto, QueuesReadBacks, CountingCallback):
     the other shipped callbacks' values (:mod:`hookwrap.torch.readback`), not read
     each time. ``history`` holds ``(step, norm)`` (reading it, or ``last``, reads back
     what is still queued); ``logger`` (a MetricsLogger) gets ``grad_norm``, and
-    with one the norms queued are settled into it at the end of ``fit`` (or of the
-    hooked object's outermost join point call), however it ends.
+    with one the norms queued are settled into it at the end of ``fit`` however it
+    ends (and at the other endings of ``hookwrap.extend.Defers``).
 
     Beside ``GradScaler`` (float16), the norm is that of the true, unscaled gradients,
     as a hand-written ``torch.amp`` loop, Lightning and transformers log it (after

@@ -74,10 +74,11 @@ class NanGuard(Defers, QueuesReadBacks, CountingCallback):
     start of the next step (in the check itself where the target has no step
     event), at the end of each ``epoch_event``, and at every boundary of its
     lifecycle (``hookwrap.extend.Defers``), waiting for the device: the end of
-    ``fit_event`` however it ends, else the end of the hooked object's outermost
-    join point call (on a loop with no ``fit``, every check is then decided when
-    that call ends), ``callback_state``, the end of a ``hookwrap run`` script,
-    interpreter exit (reported on stderr). The guard then raises naming the step
+    ``fit_event`` however it ends, or of the outermost ``fit`` of another object
+    that drove this one, ``callback_state``, the end of a ``hookwrap run`` script or
+    a notebook cell, SIGTERM, interpreter exit (reported on stderr, exit status 1).
+    No loop shape costs a read per step: on a loop with no ``fit`` the last
+    checks are decided at the next of those. The guard then raises naming the step
     where the value *first* went non-finite; the run stops at most
     ``check_every - 1`` steps after that step, or at the boundary. When another
     error is already leaving the run, a non-finite value found is a note on it. On

@@ -24,7 +24,7 @@ class ProgressBar(Defers, QueuesReadBacks, ShippedCallback):
     reads), or by the bar itself when its loss has waited ``read_every`` steps and
     when the epoch ends (on CUDA without waiting: a copy still running shows
     later). The bar closes when ``fit_event`` ends, however it ends (a stop, an
-    error), or the hooked object's outermost join point call does. The postfix shows the last loss read, refreshed every ``postfix_every``
+    error), or another ending of ``hookwrap.extend.Defers`` comes. The postfix shows the last loss read, refreshed every ``postfix_every``
     steps. A plain number is shown as it comes. ``total`` is the number of steps per
     epoch, when known. Under torch.distributed the bar shows on rank 0 only
     (``rank_zero_only``). Other keywords go to ``tqdm`` (``file=``, ``ncols=``, ...).
