@@ -209,6 +209,7 @@ class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
     """
 
     rank_zero_only = True
+    _group = 0  # the rows being logged now: 0, or an evaluation's own group (see record_metrics)
     max_rows = 1024  # rows waiting that trigger a flush of those read (no read of its own)
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *,
@@ -250,7 +251,7 @@ class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
         self._training_rows = 0  # framework rows of training (not evaluation) values
         self._reads_rows = self._warned = False
         self._rows_of: dict[type, bool] | None = None  # on the global tier: which classes log their own rows
-        self.rows: list[list[Any]] = []  # [step, name, value] not yet sent; value None until read
+        self.rows: list[list[Any]] = []  # [step, name, value, group] not yet sent; value None until read
         self._flush_at = self.max_rows
         if flush_secs is not None:
             positive_number(flush_secs, "flush_secs", "MetricsLogger", why="seconds between writes, or None")
@@ -308,7 +309,7 @@ class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
             return
         if not self._loggable(name, value, step):
             return
-        row: list[Any] = [self.step if step is None else step, name, None]
+        row: list[Any] = [self.step if step is None else step, name, None, self._group]
         if hasattr(value, "detach") and value.numel() == 1:
             shared().put(value, functools.partial(_fill, row))
         else:
@@ -358,8 +359,14 @@ class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
         if self._framework_logs(obj, "metrics"):
             return
         metrics = value if isinstance(value, Mapping) else {"metric": value}
-        for name, metric in metrics.items():  # one that is not a number is reported and left out
-            self.log(str(name), metric)
+        # An evaluation's values go in a log_metrics call of their own, as the frameworks
+        # log them, even when they share a step (and a batch) with the training values.
+        self._groups = self._group = getattr(self, "_groups", 0) + 1
+        try:
+            for name, metric in metrics.items():  # one that is not a number is reported and left out
+                self.log(str(name), metric)
+        finally:
+            self._group = 0
 
     def record_row(self, obj: Any, row: Any) -> None:
         """A row the framework logged (join point ``log``): its values at its ``step``.
@@ -558,14 +565,15 @@ class _ModuleByName(NamedTuple):
 
 def _by_step(rows: list[list[Any]]) -> list[tuple[int, dict[str, float]]]:
     """``rows`` as ``(step, {name: value})`` in step order (stable): one dict per
-    step, and another for a name already in that step's dict."""
-    steps: dict[int, list[dict[str, float]]] = {}
-    for step, name, value in rows:
-        dicts = steps.setdefault(step, [{}])
-        if name in dicts[-1]:
-            dicts.append({})
-        dicts[-1][name] = value
-    return [(step, metrics) for step in sorted(steps) for metrics in steps[step]]
+    step and group (an evaluation's), and another for a name already in that dict."""
+    steps: dict[int, list[tuple[int, dict[str, float]]]] = {}
+    for step, name, value, *group in rows:
+        of = group[0] if group else 0  # (a row held by a logger pickled before groups)
+        dicts = steps.setdefault(step, [(of, {})])
+        if name in dicts[-1][1] or dicts[-1][0] != of:
+            dicts.append((of, {}))
+        dicts[-1][1][name] = value
+    return [(step, metrics) for step in sorted(steps) for _, metrics in steps[step]]
 
 
 def _raise(errors: list[BaseException]) -> NoReturn:
