@@ -16,6 +16,7 @@ from typing import Any, Callable, Literal, overload
 
 from ..errors import HookError, HookwrapWarning, add_note_once
 from .. import callback_state, load_callback_state
+from .._paths import anchored
 from .._registry import runs_last
 from ..extend import JoinPointInfo, is_join_point, per_join_point, reader, stateful_callbacks
 from ._attach import (COUNT, NUMBER_OR_NONE, CountingCallback, DefaultEvent, Saved, framework_resume, from_object,
@@ -190,6 +191,7 @@ class DefaultName(str):
 
 
 _NOT_GIVEN: Any = object()
+_NAMED = ("last", "best", "exception", "signal", "None")  # resume's names, not files
 
 
 class Checkpoint(MonitoredCallback):
@@ -290,7 +292,8 @@ class Checkpoint(MonitoredCallback):
                                 f"generator=), got {generator!r} in it.")
         self.save_last = save_last
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
-        self.resume_from = resume_from
+        # A file named on hookwrap run's command line: in the folder it ran in (_paths).
+        self.resume_from = resume_from if str(resume_from) in _NAMED else anchored(resume_from)
         self.epoch_event, self.fit_event = epoch_event, fit_event
         self.epoch = 0  # epochs completed
         self.saved = 0  # files written by this process (rank 0 under torch.distributed)

@@ -24,12 +24,13 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Union
 
+from .._paths import anchored
 from ..errors import HookError
 from ..extend import process_rank
 from .distributed import is_distributed, ranks_where
 
-__all__ = ["CheckpointIO", "RemotePath", "StoragePath", "gather_ranks", "of_this_rank", "portable_rng",
-           "rng_state", "set_rng_state", "storage_path", "weights_only_load"]
+__all__ = ["CheckpointIO", "RemotePath", "StoragePath", "gather_ranks", "local_path", "of_this_rank",
+           "portable_rng", "rng_state", "set_rng_state", "storage_path", "weights_only_load"]
 
 
 class RemotePath:
@@ -103,13 +104,21 @@ def _running(pid: int) -> bool:
     return True
 
 
+def _is_url(text: str) -> bool:
+    """A URL as fsspec reads one: ``PROTOCOL://...``, or ``file:`` / ``local:`` followed by
+    a path (``file:/abs/ck`` is ``/abs/ck``; ``file:ck`` is ``ck`` in the working folder)."""
+    return "://" in text or text.lower().startswith(("file:", "local:"))
+
+
 def storage_path(value: str | os.PathLike[str], where: str) -> StoragePath:
-    """Where a checkpoint goes: a local ``Path``, or for a URL (``PROTOCOL://...``)
-    the ``fsspec`` filesystem it names: its local one as a ``Path`` (written
-    atomically, as local paths are), any other as a ``RemotePath``. A URL without
-    fsspec, or a protocol fsspec cannot open, is a HookError saying what to install."""
-    text = os.fspath(value)
-    if "://" not in text:
+    """Where a checkpoint goes: a local ``Path``, or for a URL (``PROTOCOL://...``,
+    ``file:/abs``) the ``fsspec`` filesystem it names, read as fsspec reads it: its
+    local one as a ``Path`` (written atomically, as local paths are), any other as a
+    ``RemotePath``. A URL without fsspec, or a protocol fsspec cannot open, is a
+    HookError saying what to install. A relative path given on ``hookwrap run``'s
+    command line is made absolute against the folder it ran in (``_paths``)."""
+    text = os.fspath(anchored(value))
+    if not _is_url(text):
         return Path(text)
     try:
         import fsspec
@@ -128,6 +137,18 @@ def storage_path(value: str | os.PathLike[str], where: str) -> StoragePath:
         return Path(path)
     protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
     return RemotePath(fs, path, protocol)
+
+
+def local_path(value: str | os.PathLike[str], where: str) -> Path:
+    """A file opened with ``open`` (a CSV, a log folder): a local path, or a URL of the
+    local filesystem (``file:/abs/m.csv``, ``file:///abs/m.csv``) read as fsspec reads
+    it; a URL of another filesystem is a HookError. Relative paths from ``hookwrap
+    run``'s command line are made absolute as ``storage_path`` makes them."""
+    path = storage_path(value, where)
+    if isinstance(path, RemotePath):
+        raise HookError(f"{where}: {os.fspath(value)!r} is on {path.protocol}://, and this file is written "
+                        f"with open() on the local filesystem. Pass a local path.")
+    return path
 
 
 class CheckpointIO:
