@@ -59,7 +59,7 @@ def check_plain(value: Any, where: str, what: str) -> None:
         return
     at, part = found
     raise HookError(f"{where}: {what} holds {type(part).__module__}.{type(part).__qualname__} at {at or 'its top'}, "
-                    f"not plain data (dicts, lists, numbers, strings, None, tensors); nothing was loaded. "
+                    f"not plain data (dicts, lists, numbers, strings, None, tensors). "
                     f"A callback's state_dict() returns plain data, so that a checkpoint loads with "
                     f"torch.load(weights_only=True) and runs no code: load only checkpoints you trust, and "
                     f"make your callback's state_dict() return plain values.")

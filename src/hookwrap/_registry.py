@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import copy
 from types import FunctionType, ModuleType
-from typing import Any, Callable, Iterable, NamedTuple, cast
+from typing import Any, Callable, Iterable, NamedTuple, TypeVar, cast
 
 from ._dispatch import HookState
 from ._entries import (
@@ -507,9 +507,10 @@ def entries_for(event: str, custom: bool, tp: Any, jp: Any, state: Any) -> list[
 
 
 _RUNS_LAST = "_hookwrap_runs_last"
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def runs_last(fn: Any) -> Any:
+def runs_last(fn: _F) -> _F:
     """``fn`` (a reader, or any callable hookwrap may set an attribute on) marked to run
     after every other callback of its phase on the object, whatever tier each is
     in: a shipped callback that acts on what the whole phase decided (Checkpoint

@@ -97,7 +97,8 @@ def weave(accelerator: Any = None, *, stop: str = "raise") -> PresetHandle:
         # accelerate loads a registered object's state with weights_only=False; hookwrap's
         # own (hw.CallbackState) is plain data, read so: never code from the folder.
         if not isinstance(obj, CallbackState):
-            return load_custom_state(obj, path, index, *args, **kwargs)
+            load_custom_state(obj, path, index, *args, **kwargs)
+            return None
         from ..torch.checkpoint_io import weights_only_load
 
         location = f"{path}/custom_checkpoint_{index}.pkl"

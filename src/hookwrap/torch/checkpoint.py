@@ -216,11 +216,19 @@ class Checkpoint(MonitoredCallback):
     one set per rank under torch.distributed) and ``hookwrap.callback_state`` of the hooked object
     (EarlyStopping's patience count and best value, this callback's own top-k).
 
-    A save is decided where it is due (after a step, an epoch, an evaluation) and
-    written at the next boundary of the loop: the start of the next step or epoch,
-    or the end of ``fit``, so the file holds the state after everything of that
-    step or epoch ran (the evaluation and every callback's decision on it).
-    ``step`` and ``epoch`` in the file are those completed when it was written.
+    A save decided by an evaluation (top-k) or a step (``every_n_steps``) is written
+    at the end of that call, after every other callback of it whatever tier
+    (``_registry.runs_last``): the file holds the weights of that evaluation or step
+    and every callback's decision on it. One decided at the end of an epoch is
+    written at the next boundary of the loop (the start of the next step or epoch,
+    the end of ``fit``) or with the next evaluation's file, so that it holds the
+    evaluation that follows the epoch. ``step`` and ``epoch`` in the file are those
+    completed when it was written. A write that fails raises and leaves ``top_k``
+    and the folder as they were (the new files half-made deleted); the next save
+    also deletes temporary files a killed write left (``CheckpointIO.save``).
+
+    Every file is read with ``torch.load(weights_only=True)``: tensors and plain
+    data, never code; the top-k names in ``last.pt`` must be files of ``dir``.
 
     ``model``, ``optimizer`` and ``scheduler`` are read where the loop has them:
     the argument of that name of the ``fit`` or ``epoch`` join point, else that

@@ -191,7 +191,7 @@ class CheckpointIO:
         (``write_atomically``'s ``.NAME.PID.tmp``, its process gone), and return them.
         Only of hookwrap's naming: NAME one of ``names`` (being written now) or a
         ``.pt`` file, PID a process that is not this one and not running here."""
-        removed = []
+        removed: list[Path] = []
         try:
             entries = list(os.scandir(folder))
         except OSError:
