@@ -77,6 +77,7 @@ from ._joinpoints import (
     reader,
     target_join_points,
 )
+from ._plain import check_plain
 from ._registry import Handle, register_entries, register_global
 from .errors import (
     CallbackSignatureError,
@@ -671,10 +672,14 @@ def load_callback_state(obj: Any, state: dict[str, Any], strict: bool = True) ->
     """Give each callback attached to ``obj`` its saved state. With ``strict`` (the
     default), a saved state that no attached callback takes, or an attached stateful
     callback with no saved state, is an error: attach the same callbacks, in the same
-    order, before loading."""
+    order, before loading. ``state`` must be plain data (dicts, lists, numbers,
+    strings, None, tensors), as ``callback_state`` returns it: anything else, what a
+    file loaded with ``weights_only=False`` could hold, is refused before any callback
+    sees it."""
     if not isinstance(state, dict):
         raise HookError(f"load_callback_state: expected the dict callback_state() returned, "
                         f"got {type(state).__name__}.")
+    check_plain(state, f"load_callback_state({type(obj).__qualname__})", "the state given")
     attached = stateful_callbacks(obj, "load_callback_state")
     unused = sorted(set(state) - set(attached))
     missing = sorted(set(attached) - set(state))

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import copy
 from types import FunctionType, ModuleType
-from typing import Any, Callable, Iterable, NamedTuple, cast
+from typing import Any, Callable, Iterable, NamedTuple, TypeVar, cast
 
 from ._dispatch import HookState
 from ._entries import (
@@ -106,6 +106,7 @@ __all__ = [
     "register",
     "register_entries",
     "register_global",
+    "runs_last",
 ]
 
 
@@ -497,7 +498,26 @@ def entries_for(event: str, custom: bool, tp: Any, jp: Any, state: Any) -> list[
         user += pick(jp.record.registrations, FUNCTION_TIER)
     if state is not None:
         user += pick(state.callbacks, INSTANCE)
-    return core + user + pick(GLOBAL.registrations, GLOBAL_TIER)
+    ordered = core + user + pick(GLOBAL.registrations, GLOBAL_TIER)
+    if any(getattr(e.fn, _RUNS_LAST, False) for e in ordered):
+        # After every other callback of its phase, whatever tier (runs_last).
+        ordered = ([e for e in ordered if not getattr(e.fn, _RUNS_LAST, False)]
+                   + [e for e in ordered if getattr(e.fn, _RUNS_LAST, False)])
+    return ordered
+
+
+_RUNS_LAST = "_hookwrap_runs_last"
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def runs_last(fn: _F) -> _F:
+    """``fn`` (a reader, or any callable hookwrap may set an attribute on) marked to run
+    after every other callback of its phase on the object, whatever tier each is
+    in: a shipped callback that acts on what the whole phase decided (Checkpoint
+    writing the file an evaluation made due, with every callback's state after that
+    evaluation). Ordered when the chain is planned; the dispatch never sees it."""
+    setattr(fn, _RUNS_LAST, True)
+    return fn
 
 
 class FixedList(list):  # type: ignore[type-arg]

@@ -56,6 +56,7 @@ from types import CodeType, ModuleType, TracebackType
 from typing import Any, Sequence
 
 from ._callback import Callback, boundary
+from ._paths import relative_to
 from .errors import HookError, StopTraining, UnknownEventError, closest
 
 __all__ = ["BadInput", "Runner", "WeaveTarget", "parse_weave", "run"]
@@ -190,7 +191,10 @@ class Runner:
         for target in self.weaves:
             if not target.in_script:
                 self._apply_module_weave(target)
-        self.callbacks = [self._evaluate(expr) for expr in self.callback_exprs]
+        # Relative paths in them name files where the command ran, whatever folder the
+        # script moves to before a callback opens them (_paths).
+        with relative_to(os.getcwd()):
+            self.callbacks = [self._evaluate(expr) for expr in self.callback_exprs]
         if not self._pending_script:
             self._register_callbacks()
         _inject(tree, positions)

@@ -135,6 +135,33 @@ def test_best_checkpoint_saves_the_model_test_is_given(hw, tmp_path, capsys):
     assert all(torch.equal(saved["model"][k], v) for k, v in weights[-1].items())
 
 
+def test_cli_relative_paths_name_files_where_the_command_ran(hw, tmp_path):
+    """A script that changes folder before the first row is written: --callback's
+    relative paths still name files in the folder the command ran in."""
+    probe = _script(tmp_path, """
+        import os
+        import torch
+        os.makedirs("elsewhere", exist_ok=True)
+        os.chdir("elsewhere")
+        model = torch.nn.Linear(2, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        def compute_loss(x):
+            return model(x).pow(2).mean()
+        for _ in range(3):
+            optimizer.zero_grad()
+            compute_loss(torch.ones(4, 2)).backward()
+            optimizer.step()
+    """)
+    result = _hookwrap_run(hw, "--preset", "torch_optim", "--weave", "loss=__main__:compute_loss",
+                           "--callback", "MetricsLogger('m.csv', tensorboard=False, flush_secs=None)",
+                           "--callback", "MetricsLogger('logs/m2.csv', tensorboard=False)",
+                           str(probe), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "m.csv").is_file() and (tmp_path / "logs" / "m2.csv").is_file()
+    assert not (tmp_path / "elsewhere" / "m.csv").exists() and not (tmp_path / "elsewhere" / "logs").exists()
+    assert len((tmp_path / "m.csv").read_text().splitlines()) == 1 + 3  # the header, a row a step
+
+
 # --- how the script runs ---------------------------------------------------------------
 
 

@@ -181,3 +181,27 @@ def test_callback_state_saved_and_loaded_with_accelerate_state(hw, preset, tmp_p
         fresh.register_for_checkpointing(hw.CallbackState(fresh))
         fresh.load_state(str(tmp_path / "state"))
         assert again.step == 3
+
+
+def test_a_crafted_callback_state_runs_no_code_on_load_state(hw, preset, tmp_path):
+    """accelerate loads a registered object's state with weights_only=False; hookwrap's
+    CallbackState is read with weights_only=True under the preset: a crafted pickle in
+    the folder is refused, naming the file, and runs nothing."""
+    from hookwrap.torch import LRMonitor
+    from tests.torch._crafted import OpensAFile
+
+    marker = tmp_path / "marker"
+    with preset.weave():
+        accelerator, model, optimizer = prepared()
+        hw.add_callback(accelerator, LRMonitor(optimizer=optimizer, step_event="backward"))
+        accelerator.register_for_checkpointing(hw.CallbackState(accelerator))
+        train(accelerator, model, optimizer, steps=1)
+        accelerator.save_state(str(tmp_path / "state"))
+        (custom,) = (tmp_path / "state").glob("custom_checkpoint_*.pkl")
+        torch.save({"LRMonitor": OpensAFile(marker)}, custom)
+        fresh, _, fresh_optimizer = prepared()
+        hw.add_callback(fresh, LRMonitor(optimizer=fresh_optimizer, step_event="backward"))
+        fresh.register_for_checkpointing(hw.CallbackState(fresh))
+        with pytest.raises(hw.HookError, match=r"custom_checkpoint_0\.pkl.*holds more than tensors and plain data"):
+            fresh.load_state(str(tmp_path / "state"))
+    assert not marker.exists()

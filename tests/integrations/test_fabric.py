@@ -396,3 +396,28 @@ def test_grad_accumulation_is_refused_naming_fabric_own(hw, preset):
         fabric, _, _ = made()
         with pytest.raises(hw.HookError, match=r"accumulates gradients itself.*no_backward_sync"):
             hw.add_callback(fabric, GradAccumulation(2, loss_event="backward"))
+
+
+def test_a_crafted_hookwrap_state_runs_no_code_and_objects_are_refused(hw, preset, tmp_path):
+    """What fabric.save adds (CHECKPOINT_KEY) is plain data that loads with
+    weights_only=True; Fabric's own load (weights_only by default) refuses a crafted pickle
+    before anything runs, and state that is not plain data (a load with
+    weights_only=False, the user's opt-in) never reaches a callback."""
+    from hookwrap.torch import EarlyStopping
+    from tests.torch._crafted import OpensAFile
+
+    marker = tmp_path / "marker"
+    with preset.weave():
+        fabric, model, optimizer = made(callbacks=[EarlyStopping("val_loss", patience=2)])
+        fabric.save(tmp_path / "ok.pt", {"model": model})
+        assert torch.load(tmp_path / "ok.pt", weights_only=True)[preset.CHECKPOINT_KEY]
+        key = "EarlyStopping[monitor=val_loss,mode=min]"
+        torch.save({"model": model.state_dict(), preset.CHECKPOINT_KEY: {key: OpensAFile(marker)}},
+                   tmp_path / "crafted.pt")
+        with pytest.raises(Exception, match="Weights only load failed"):
+            fabric.load(tmp_path / "crafted.pt", {"model": model})
+        assert not marker.exists()
+        torch.save({"model": model.state_dict(), preset.CHECKPOINT_KEY: {key: {"wait": object()}}},
+                   tmp_path / "objects.pt")
+        with pytest.raises(hw.HookError, match=r"load_callback_state.*builtins\.object.*plain data"):
+            fabric.load(tmp_path / "objects.pt", {"model": model}, weights_only=False)

@@ -327,3 +327,24 @@ def test_checkpoint_resume_is_refused_naming_the_trainers_own(hw, preset, tmp_pa
                 hw.add_callback(trainer, Checkpoint(tmp_path / "refused", **settings))
         with pytest.raises(hw.HookError, match="resume_from_checkpoint"):
             Checkpoint(tmp_path / "ckpt").resume(trainer, "last")
+
+
+def test_a_crafted_state_file_runs_no_code_on_resume(hw, preset, tmp_path):
+    """The folder train(resume_from_checkpoint=...) reads is data, not code: a
+    hookwrap_callbacks.pt whose pickle opens a file is refused, naming it, before anything runs."""
+    from hookwrap.torch import EarlyStopping
+    from tests.torch._crafted import OpensAFile
+
+    marker = tmp_path / "marker"
+    with preset.weave():
+        first = tiny_trainer(tmp_path / "run", steps=2, evaluate_every=1, save_strategy="steps", save_steps=2)
+        hw.add_callback(first, EarlyStopping("eval_loss", patience=2))
+        first.train()
+        state_file = tmp_path / "run" / "checkpoint-2" / preset.STATE_FILE
+        assert torch.load(state_file, weights_only=True)  # what hookwrap writes is plain data
+        torch.save({"EarlyStopping[monitor=eval_loss,mode=min]": OpensAFile(marker)}, state_file)
+        resumed = tiny_trainer(tmp_path / "run", steps=4, evaluate_every=1, save_strategy="steps", save_steps=2)
+        hw.add_callback(resumed, EarlyStopping("eval_loss", patience=2))
+        with pytest.raises(hw.HookError, match=r"hookwrap_callbacks\.pt.*holds more than tensors and plain data"):
+            resumed.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-2"))
+    assert not marker.exists()

@@ -239,23 +239,22 @@ def _evaluations_at_one_step(hw, ht, tmp_path, scores, fit):
     return loop
 
 
-@pytest.mark.parametrize("fit", [True, False], ids=["written-at-fit-end", "written-when-due"])
+@pytest.mark.parametrize("fit", [True, False], ids=["with-fit", "without-fit"])
 def test_top_k_keeps_the_best_of_several_evaluations_at_one_step(hw, ht, tmp_path, fit):
     # One name per (epoch, step): each evaluation replaced the last, and 0.7 was kept over 0.8.
     loop = _evaluations_at_one_step(hw, ht, tmp_path, [0.5, 0.9, 0.8, 0.7], fit)
     assert loop.checkpoint.top_k == [(0.9, 0, "best-epoch=0-step=0-v1.pt"), (0.8, 0, "best-epoch=0-step=0-v2.pt")]
     assert sorted(os.listdir(tmp_path)) == ["best-epoch=0-step=0-v1.pt", "best-epoch=0-step=0-v2.pt"]
     assert loop.checkpoint.best_path == tmp_path / "best-epoch=0-step=0-v1.pt"
-    if not fit:  # each written at its evaluation: each holds its own weights
-        for name, score in (("best-epoch=0-step=0-v1.pt", 0.9), ("best-epoch=0-step=0-v2.pt", 0.8)):
-            assert torch.load(tmp_path / name, weights_only=True)["model"]["weight"].item() == pytest.approx(score)
-    # The names are the state's own: a resume reads them back, and "best" is the 0.9's file.
+    # Each written at the end of its evaluation, with or without fit: each holds its own weights.
+    for name, score in (("best-epoch=0-step=0-v1.pt", 0.9), ("best-epoch=0-step=0-v2.pt", 0.8)):
+        assert torch.load(tmp_path / name, weights_only=True)["model"]["weight"].item() == pytest.approx(score)
+    # The names are the state's own: a resume reads them back, and "best" is the 0.9's file,
+    # whose top-k is the one of its evaluation (0.8 came later; 0.5, evicted since, is dropped).
     saved = loop.checkpoint.resume(loop, "best")["callbacks"][loop.checkpoint.state_key]["top_k"]
-    assert saved[0] == [0.9, 0, "best-epoch=0-step=0-v1.pt"]
-    if fit:  # written once, at the end of fit: the final top-k
-        assert saved == [[0.9, 0, "best-epoch=0-step=0-v1.pt"], [0.8, 0, "best-epoch=0-step=0-v2.pt"]]
-    else:
-        assert loop.model.weight.item() == pytest.approx(0.9)
+    assert saved == [[0.9, 0, "best-epoch=0-step=0-v1.pt"], [0.5, 0, "best-epoch=0-step=0.pt"]]
+    assert loop.model.weight.item() == pytest.approx(0.9)
+    assert loop.checkpoint.top_k == [(0.9, 0, "best-epoch=0-step=0-v1.pt")]
     assert loop.checkpoint.best_path == tmp_path / "best-epoch=0-step=0-v1.pt"
 
 
@@ -283,7 +282,9 @@ def test_every_n_steps_and_epochs_keep_their_files_and_last_follows(hw, ht, tmp_
                                             "step=6.pt", "step=9.pt"]
     counters = {name: (s["step"], s["epoch"]) for name in os.listdir(tmp_path)
                 for s in [torch.load(tmp_path / name, weights_only=True)]}
-    assert counters == {"step=3.pt": (3, 1), "step=6.pt": (6, 3), "step=9.pt": (9, 4),
+    # A step's file is written at the end of that step: step 6, the last of the third
+    # epoch, before that epoch is counted as completed.
+    assert counters == {"step=3.pt": (3, 1), "step=6.pt": (6, 2), "step=9.pt": (9, 4),
                         "epoch=2.pt": (4, 2), "epoch=4.pt": (8, 4), "last.pt": (10, 5)}
     # last.pt, written at the end of fit, holds the final weights.
     assert torch.equal(torch.load(tmp_path / "last.pt", weights_only=True)["model"]["weight"],
@@ -320,9 +321,9 @@ def _recording_io(calls: list[tuple[str, Any]]) -> Any:
             calls.append(("save", [p.name for p in paths]))
             super().save(checkpoint, *paths)
 
-        def load(self, path: Any, map_location: Any = None, weights_only: bool = True) -> Any:
+        def load(self, path: Any, map_location: Any = None) -> Any:
             calls.append(("load", path.name))
-            return super().load(path, map_location, weights_only)
+            return super().load(path, map_location)
 
         def exists(self, path: Any) -> bool:
             calls.append(("exists", path.name))
@@ -344,7 +345,7 @@ def test_the_policies_touch_their_files_only_through_their_checkpoint_io(hw, ht,
     loop.checkpoint.resume(loop, "best")
     best = "best-epoch=2-step=4.pt"
     assert calls == [("save", ["best-epoch=1-step=2.pt", "last.pt"]), ("save", [best, "last.pt"]),
-                     ("remove", "best-epoch=1-step=2.pt"), ("save", ["last.pt"]),
+                     ("remove", "best-epoch=1-step=2.pt"), ("save", ["last.pt"]), ("save", ["last.pt"]),
                      ("exists", best), ("load", best), ("exists", best)]
     assert sorted(os.listdir(tmp_path / "run")) == [best, "last.pt"]
 

@@ -18,6 +18,11 @@ Events, of the accelerator (accelerate 1.x):
 | ``backward`` | ``Accelerator.backward(loss, **kwargs)``: callbacks read ``loss`` (``NanGuard``, a loss-scaling ``before`` callback); ``GradNorm(model=...)`` after it |
 | ``optimizer_step`` | ``step()`` of an optimizer prepared by this accelerator (``AcceleratedOptimizer.step``, routed to the accelerator that prepared it; ``LRMonitor(optimizer=...)`` after it), once per real update: under ``accelerator.accumulate(model)`` the calls accelerate skips (gradients not synchronized yet) run without callbacks, so EMA, LRMonitor and the step counts follow the updates, as ``accelerator.step`` does |
 
+State: ``accelerator.register_for_checkpointing(hw.CallbackState(accelerator))`` saves
+the callbacks' state with ``accelerator.save_state``; with the preset woven,
+``accelerator.load_state`` reads it with ``torch.load(weights_only=True)`` (accelerate
+itself loads a registered object's state with ``weights_only=False``).
+
 The loop is yours, so ``fit``, ``epoch``, ``step`` and ``evaluate`` are your
 functions: decorate them with ``@hw.hookable`` and the shipped callbacks find them.
 
@@ -38,7 +43,9 @@ if accelerator.check_trigger():
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import Any, cast
+
+from .. import CallbackState
 
 from ..errors import HookError, StopTraining
 from ._weaving import PresetHandle, _raw, _set, accumulates, routed, stage, target_class
@@ -82,7 +89,24 @@ def weave(accelerator: Any = None, *, stop: str = "raise") -> PresetHandle:
         return ref()
 
     options: dict[str, Any] = {"stop": trigger} if stop == "trigger" else {}
+    import accelerate.accelerator as accelerator_module
+
+    load_custom_state = accelerator_module.load_custom_state
+
+    def load_custom_state_(obj: Any, path: Any, index: int = 0, *args: Any, **kwargs: Any) -> None:
+        # accelerate loads a registered object's state with weights_only=False; hookwrap's
+        # own (hw.CallbackState) is plain data, read so: never code from the folder.
+        if not isinstance(obj, CallbackState):
+            load_custom_state(obj, path, index, *args, **kwargs)
+            return None
+        from ..torch.checkpoint_io import weights_only_load
+
+        location = f"{path}/custom_checkpoint_{index}.pkl"
+        obj.load_state_dict(weights_only_load(location, location, "cpu"))
+        return None
+
     with handle.building():
+        _set(handle, cast(Any, accelerator_module), "load_custom_state", load_custom_state_)
         _set(handle, cls, "prepare_optimizer", prepare)
         stage(handle, cls, "backward", "backward", **options)
         optimizer_step = routed(handle, cls, "optimizer_step", AcceleratedOptimizer, "step", optimizer_owner, **options)

@@ -81,6 +81,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import Callback, add_callback, callback_state, describe, emit, load_callback_state
+from .._plain import check_plain
 from ..errors import HookError, HookwrapWarning, StopTraining
 from ..extend import Defers, Ending, stateful_callbacks
 from ._weaving import PresetHandle, _raw, _set, accumulates, routed, stage, target_class
@@ -255,7 +256,9 @@ def weave(fabric: Any = None, *, stop: str = "raise", hooks: tuple[str, ...] = (
     @functools.wraps(save)
     def save_(self: Any, path: Any, state: Any, *args: Any, **kwargs: Any) -> None:
         if isinstance(state, dict) and CHECKPOINT_KEY not in state and stateful_callbacks(self):
-            state = {**state, CHECKPOINT_KEY: callback_state(self)}
+            saved = callback_state(self)  # plain data: the file loads with weights_only=True
+            check_plain(saved, "hookwrap.integrations.fabric", "hw.callback_state(fabric)")
+            state = {**state, CHECKPOINT_KEY: saved}
         save(self, path, state, *args, **kwargs)
 
     @functools.wraps(load)

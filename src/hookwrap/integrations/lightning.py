@@ -42,6 +42,7 @@ from typing import Any
 
 from ..errors import HookError
 from .. import callback_state
+from .._plain import check_plain
 from ._weaving import (PresetHandle, accumulates, done, instead, log_event, patch, resume_callbacks, resume_without_state,
                        resumes_itself, routed, stage, stop_while_running, target_class)
 
@@ -136,7 +137,8 @@ def _checkpoint_callbacks(handle: PresetHandle, cls: type, connector_cls: type) 
             module = self.trainer.lightning_module
             if not layer.removed and isinstance(module, cls):
                 state = callback_state(module)  # on every rank: settling may be a collective
-                if state:
+                if state:  # plain data: the checkpoint loads with weights_only=True
+                    check_plain(state, "hookwrap.integrations.lightning", "hw.callback_state(module)")
                     checkpoint[STATE_KEY] = state
             return checkpoint
         return dump_checkpoint

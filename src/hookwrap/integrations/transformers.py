@@ -36,6 +36,7 @@ import os
 from typing import Any
 
 from .. import callback_state
+from .._plain import check_plain
 from ..errors import HookError
 from ._weaving import (PresetHandle, accumulates, current_run, log_event, patch, resume_callbacks, resume_without_state,
                        resumes_itself, routed, stage, stop_while_running, target_class)
@@ -95,8 +96,11 @@ def _checkpoint_callbacks(handle: PresetHandle, cls: type) -> None:
     """Each checkpoint the trainer saves (``checkpoint-<global_step>/``) holds the state of
     the hookwrap callbacks attached to it (``STATE_FILE``), and ``train(resume_from_checkpoint=...)``
     gives it back to them, as HF restores its own stateful callbacks: a resumed run
-    decides as one that never stopped."""
+    decides as one that never stopped. The file is plain data, read with
+    ``torch.load(weights_only=True)``: a checkpoint folder runs no code."""
     import torch
+
+    from ..torch.checkpoint_io import weights_only_load
 
     def make_save(original: Any, layer: Any) -> Any:
         def _save_checkpoint(self: Any, model: Any, trial: Any, *args: Any, **kwargs: Any) -> Any:
@@ -110,6 +114,7 @@ def _checkpoint_callbacks(handle: PresetHandle, cls: type) -> None:
                             f"hookwrap.integrations.transformers: {type(self).__qualname__}._save_checkpoint wrote no "
                             f"folder {folder}, where the callbacks' state goes: save it yourself "
                             f"(torch.save(hw.callback_state(trainer), ...)), or remove the preset.")
+                    check_plain(state, "hookwrap.integrations.transformers", "hw.callback_state(trainer)")
                     torch.save(state, os.path.join(folder, STATE_FILE))
             return result
         return _save_checkpoint
@@ -120,8 +125,8 @@ def _checkpoint_callbacks(handle: PresetHandle, cls: type) -> None:
             result = original(self, max_steps, train_dataloader, resume_from_checkpoint, *args, **kwargs)
             path = None if resume_from_checkpoint is None else os.path.join(resume_from_checkpoint, STATE_FILE)
             if not layer.removed and path is not None:
-                if os.path.isfile(path):
-                    resume_callbacks(self, torch.load(path, weights_only=False), path)
+                if os.path.isfile(path):  # tensors and plain data only: never code from the folder
+                    resume_callbacks(self, weights_only_load(path, path), path)
                 else:
                     resume_without_state(self, str(resume_from_checkpoint))
             return result

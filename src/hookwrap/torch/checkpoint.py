@@ -16,6 +16,8 @@ from typing import Any, Callable, Literal, overload
 
 from ..errors import HookError, HookwrapWarning, add_note_once
 from .. import callback_state, load_callback_state
+from .._paths import anchored
+from .._registry import runs_last
 from ..extend import JoinPointInfo, is_join_point, per_join_point, reader, stateful_callbacks
 from ._attach import (COUNT, NUMBER_OR_NONE, CountingCallback, DefaultEvent, Saved, framework_resume, from_object,
                       is_rank_zero, saved, whole_number)
@@ -189,6 +191,7 @@ class DefaultName(str):
 
 
 _NOT_GIVEN: Any = object()
+_NAMED = ("last", "best", "exception", "signal", "None")  # resume's names, not files
 
 
 class Checkpoint(MonitoredCallback):
@@ -213,11 +216,19 @@ class Checkpoint(MonitoredCallback):
     one set per rank under torch.distributed) and ``hookwrap.callback_state`` of the hooked object
     (EarlyStopping's patience count and best value, this callback's own top-k).
 
-    A save is decided where it is due (after a step, an epoch, an evaluation) and
-    written at the next boundary of the loop: the start of the next step or epoch,
-    or the end of ``fit``, so the file holds the state after everything of that
-    step or epoch ran (the evaluation and every callback's decision on it).
-    ``step`` and ``epoch`` in the file are those completed when it was written.
+    A save decided by an evaluation (top-k) or a step (``every_n_steps``) is written
+    at the end of that call, after every other callback of it whatever tier
+    (``_registry.runs_last``): the file holds the weights of that evaluation or step
+    and every callback's decision on it. One decided at the end of an epoch is
+    written at the next boundary of the loop (the start of the next step or epoch,
+    the end of ``fit``) or with the next evaluation's file, so that it holds the
+    evaluation that follows the epoch. ``step`` and ``epoch`` in the file are those
+    completed when it was written. A write that fails raises and leaves ``top_k``
+    and the folder as they were (the new files half-made deleted); the next save
+    also deletes temporary files a killed write left (``CheckpointIO.save``).
+
+    Every file is read with ``torch.load(weights_only=True)``: tensors and plain
+    data, never code; the top-k names in ``last.pt`` must be files of ``dir``.
 
     ``model``, ``optimizer`` and ``scheduler`` are read where the loop has them:
     the argument of that name of the ``fit`` or ``epoch`` join point, else that
@@ -289,16 +300,18 @@ class Checkpoint(MonitoredCallback):
                                 f"generator=), got {generator!r} in it.")
         self.save_last = save_last
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
-        self.resume_from = resume_from
+        # A file named on hookwrap run's command line: in the folder it ran in (_paths).
+        self.resume_from = resume_from if str(resume_from) in _NAMED else anchored(resume_from)
         self.epoch_event, self.fit_event = epoch_event, fit_event
         self.epoch = 0  # epochs completed
         self.saved = 0  # files written by this process (rank 0 under torch.distributed)
         self.top_k: list[tuple[float, int, str]] = []  # (value, step, file name), best first
-        self._pending: set[str] = set()  # file names to write at the next boundary
+        self._pending: set[str] = set()  # file names to write at the end of the call, or the next boundary
         self._evicted: list[str] = []  # top-k files to delete after the next write
+        self._kept: list[tuple[float, int, str]] = []  # top_k as the folder holds it: at the last write
         self._held: dict[str, Any] = {}  # model/optimizer/scheduler read at pre-fit/pre-epoch
         self._target: Any = None
-        self._defer = True  # write at the next boundary; at once on a target without fit
+        self._defer = True  # an epoch's save at the next boundary; at once on a target without fit
         # on_exception: the steps completed (whose post-step ran) and the RNG states then,
         # the state a save on an exception holds (the step that raised never completed).
         self._completed = 0
@@ -334,6 +347,7 @@ class Checkpoint(MonitoredCallback):
         pairs: list[tuple[str, Callable[..., Any]]] = []
         if self.monitor is not None:
             pairs += super().attach(target)
+            pairs.append((f"post-{self.event}", self._writer()))
         elif not isinstance(self.event, DefaultEvent):
             self.wants(target, self.event)
         wants_fit = self.wants(target, self.fit_event)
@@ -418,27 +432,32 @@ class Checkpoint(MonitoredCallback):
 
     # --- deciding what to save --------------------------------------------------------
 
+    def _writer(self) -> Callable[..., Any]:
+        """After every other callback of the call that made a save due (an evaluation,
+        the N-th step), whatever tier: the file holds the state of that moment, with
+        every callback's decision on it (EarlyStopping's count, a StopTraining)."""
+        return runs_last(reader(self._boundary, "post-"))
+
     def _count_step(self, obj: Any) -> None:
         if self._pending:
             self._write(obj)
         self.step += 1
-        # The step that just started may be the N-th: its file is written at the next boundary.
 
     def event_methods(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
         pairs = super().event_methods(target)
         if self.every_n_steps is not None and self.wants(target, self.step_event):
             pairs.append((f"post-{self.step_event}", reader(self._step_ended, "post-")))
+            pairs.append((f"post-{self.step_event}", self._writer()))
         if self._counts_completed:
             pairs.append((f"post-{self.step_event}", reader(self._step_completed, "post-")))
         return pairs
 
     def _step_ended(self, obj: Any) -> None:
         assert self.every_n_steps is not None
-        if self.step % self.every_n_steps == 0:
+        if self.step % self.every_n_steps == 0:  # written at the end of this call (_writer)
             self._pending.add(f"step={self.step}.pt")
             if self.save_last:
                 self._pending.add("last.pt")
-            self._due(obj)
 
     def _epoch_ended(self, obj: Any) -> None:
         self.epoch += 1
@@ -449,12 +468,10 @@ class Checkpoint(MonitoredCallback):
         self._due(obj)
 
     def improved(self, obj: Any, value: float) -> None:
-        self._rank(value)
-        self._due(obj)
+        self._rank(value)  # written at the end of this call (_writer)
 
     def not_improved(self, obj: Any, value: float) -> None:
         self._rank(value)
-        self._due(obj)
 
     def _due(self, obj: Any) -> None:
         """Without a fit join point no later boundary is sure to come: write now."""
@@ -647,6 +664,7 @@ class Checkpoint(MonitoredCallback):
         top_k = saved(state, "top_k", _TOP_K, self.where)
         super().load_state_dict(state)
         self.epoch, self.top_k = epoch, top_k
+        self._kept = list(top_k)
 
     def checkpoint(self, obj: Any, model: Any = _NOT_GIVEN, optimizer: Any = _NOT_GIVEN,
                    scheduler: Any = _NOT_GIVEN, *, rng: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -680,23 +698,50 @@ class Checkpoint(MonitoredCallback):
         # A NanGuard deciding late (no host sync per step) on this object's checks
         # decides now: a run that went non-finite stops here, its NaN weights unsaved.
         settle(obj)
+        # One transaction: the files written, then top-k committed and the evicted files
+        # deleted. A write that fails (a full disk) leaves top-k and the folder as they
+        # were at the last write, and raises.
         names = sorted(self._pending)
-        self._pending.clear()
-        evicted, self._evicted = self._evicted, []
-        state = self.checkpoint(obj, rng=rng)  # a collective under torch.distributed: every rank
-        shards = state.pop("sharded", None)
-        if shards is not None:
-            state["sharded"] = sorted(shards)  # what the folder's shards hold
-            self.io.save_sharded(state, shards, [self.dir / name for name in names], self.where)  # every rank
-        with written_on_rank_zero(self.where, f"{', '.join(names)} at step {self.step}"):
-            if is_rank_zero():
-                if shards is None:
+        kept = {entry[2] for entry in self._kept}
+        new_best = [name for name in names if name in {entry[2] for entry in self.top_k} and name not in kept]
+        # The best files first: a last.pt written names only top-k files that exist.
+        names.sort(key=lambda name: name not in new_best)
+        try:
+            state = self.checkpoint(obj, rng=rng)  # a collective under torch.distributed: every rank
+            shards = state.pop("sharded", None)
+            if shards is not None:
+                state["sharded"] = sorted(shards)  # what the folder's shards hold
+                self.io.save_sharded(state, shards, [self.dir / name for name in names], self.where)  # every rank
+            with written_on_rank_zero(self.where, f"{', '.join(names)} at step {self.step}"):
+                if is_rank_zero() and shards is None:
                     self.io.save(state, *(self.dir / name for name in names))
-                self.saved += len(names)
-                for name in evicted:
+        except BaseException:
+            self._roll_back(new_best)
+            raise
+        evicted, self._evicted = self._evicted, []
+        self._pending.clear()
+        self._kept = list(self.top_k)
+        if is_rank_zero():
+            self.saved += len(names)
+            for name in evicted:
+                try:
                     self.io.remove(self.dir / name)
-                log.info("%s: saved %s at step %d%s", self.where, ", ".join(names), self.step,
-                         f" (removed {', '.join(evicted)})" if evicted else "")
+                except OSError as exc:  # written and committed: a file left over is said, not fatal
+                    warnings.warn(f"{self.where}: {name}, no longer among the {self.save_top_k} best, could "
+                                  f"not be deleted ({exc}); delete it yourself.", HookwrapWarning, stacklevel=2)
+            log.info("%s: saved %s at step %d%s", self.where, ", ".join(names), self.step,
+                     f" (removed {', '.join(evicted)})" if evicted else "")
+
+    def _roll_back(self, new_best: list[str]) -> None:
+        """A write failed: top-k as the folder holds it (the last write's), nothing
+        pending or evicted, and the new best files that were written removed."""
+        self.top_k, self._pending, self._evicted = list(self._kept), set(), []
+        if is_rank_zero():
+            for name in new_best:
+                try:
+                    self.io.remove(self.dir / name)
+                except OSError:
+                    pass  # the error that rolled back is the one raised
 
     # --- resuming -----------------------------------------------------------------------
 
@@ -720,11 +765,26 @@ class Checkpoint(MonitoredCallback):
         return storage_path(path, self.where)
 
     def _saved_top_k(self) -> list[Any]:
-        """The top-k ``last.pt`` recorded (a new process knows none yet)."""
+        """The top-k ``last.pt`` recorded (a new process knows none yet): checked as
+        ``load_state_dict`` checks it, each name a file of this folder, never a path
+        elsewhere (``../outside.pt``, ``/abs/path.pt``)."""
         if not self.io.exists(self.last_path):
             return []
-        callbacks = self._own_state(self.io.load(self.last_path, map_location="cpu")["callbacks"])
-        return list(callbacks.get(self.state_key, {}).get("top_k", []))
+        saved_state = self.io.load(self.last_path, map_location="cpu")
+        callbacks = saved_state.get("callbacks") if isinstance(saved_state, dict) else None
+        own = self._own_state(callbacks).get(self.state_key) if isinstance(callbacks, dict) else None
+        if not isinstance(own, dict) or "top_k" not in own:
+            return []
+        if not _TOP_K.check(own["top_k"]):
+            names = [entry[2] for entry in own["top_k"] if isinstance(entry, (list, tuple)) and len(entry) == 3] \
+                if isinstance(own["top_k"], (list, tuple)) else []
+            bad = [name for name in names if not (isinstance(name, str) and name.endswith(".pt")
+                                                   and name == os.path.basename(name) and name not in ("", ".", ".."))]
+            raise HookError(f"{self.where}: {str(self.last_path)!r} names its best files "
+                            f"{', '.join(map(repr, bad)) if bad else repr(own['top_k'])}, not "
+                            f"{_TOP_K.what}; nothing was read. A checkpoint names only files of its own "
+                            f"folder: was the file written by hookwrap's Checkpoint, or changed since?")
+        return [entry for entry in _TOP_K.convert(own["top_k"]) if self.io.exists(self.dir / entry[2])]
 
     def _own_state(self, callbacks: dict[str, Any]) -> dict[str, Any]:
         """``callbacks`` with this checkpoint's saved state under its own key: a run
@@ -742,16 +802,16 @@ class Checkpoint(MonitoredCallback):
     @overload
     def resume(self, obj: Any, path: str | os.PathLike[str] = "last", *, model: Any = ...,
                optimizer: Any = ..., scheduler: Any = ..., strict: bool = ...,
-               missing_ok: Literal[False] = ..., weights_only: bool = ...) -> dict[str, Any]: ...
+               missing_ok: Literal[False] = ...) -> dict[str, Any]: ...
 
     @overload
     def resume(self, obj: Any, path: str | os.PathLike[str] = "last", *, model: Any = ...,
                optimizer: Any = ..., scheduler: Any = ..., strict: bool = ...,
-               missing_ok: bool, weights_only: bool = ...) -> dict[str, Any] | None: ...
+               missing_ok: bool) -> dict[str, Any] | None: ...
 
     def resume(self, obj: Any, path: str | os.PathLike[str] = "last", *, model: Any = _NOT_GIVEN,
                optimizer: Any = _NOT_GIVEN, scheduler: Any = _NOT_GIVEN, strict: bool = True,
-               missing_ok: bool = False, weights_only: bool = True) -> dict[str, Any] | None:
+               missing_ok: bool = False) -> dict[str, Any] | None:
         """Load ``path`` (``"last"``, ``"best"`` or a file) back: the model,
         optimizer and scheduler (given, else read from ``obj`` as when saving),
         the step and epoch counters, this process's RNG states, and the state of
@@ -759,7 +819,9 @@ class Checkpoint(MonitoredCallback):
         ``strict`` as there: attach the same callbacks first). Returns the loaded
         dict (``["step"]``, ``["epoch"]``: where to continue the loop), or None
         when ``missing_ok`` and there is no such file. Under torch.distributed
-        every rank calls it and loads the file onto its model's device. Refused on
+        every rank calls it and loads the file onto its model's device. The file is
+        read with ``torch.load(weights_only=True)``: tensors and plain data, never code
+        (anything else is a HookError naming it). Refused on
         a framework's trainer that resumes its runs itself (HF ``Trainer``,
         Lightning, ignite), naming its way."""
         self._refuse_framework_resume(obj, resuming=True)
@@ -773,8 +835,7 @@ class Checkpoint(MonitoredCallback):
         found = self._objects(obj, model, optimizer, scheduler)
         if found["model"] is None:
             raise HookError(f"{self.where}: no model to restore; pass model= the module.")
-        state: dict[str, Any] = self.io.load(file, map_location=_device_of(found["model"]),
-                                             weights_only=weights_only)
+        state: dict[str, Any] = self.io.load(file, map_location=_device_of(found["model"]))
         rng = of_this_rank(state["rng"])
         saved_generators = rng.get("generators", [])
         if len(saved_generators) != len(self.generators):
@@ -817,6 +878,7 @@ class Checkpoint(MonitoredCallback):
         # Resumed from an earlier file, its top-k may name files the run it abandons
         # evicted since: they are not the best kept any more.
         self.top_k = [entry for entry in self.top_k if self.io.exists(self.dir / entry[2])]
+        self._kept = list(self.top_k)
         log.info("%s: resumed from %s at step %d, epoch %d", self.where, str(file), self.step, self.epoch)
         return state
 

@@ -17,18 +17,20 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import sys
 import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Union
 
+from .._paths import anchored
 from ..errors import HookError
 from ..extend import process_rank
 from .distributed import is_distributed, ranks_where
 
-__all__ = ["CheckpointIO", "RemotePath", "StoragePath", "gather_ranks", "of_this_rank", "portable_rng",
-           "rng_state", "set_rng_state", "storage_path"]
+__all__ = ["CheckpointIO", "RemotePath", "StoragePath", "gather_ranks", "local_path", "of_this_rank",
+           "portable_rng", "rng_state", "set_rng_state", "storage_path", "weights_only_load"]
 
 
 class RemotePath:
@@ -83,14 +85,40 @@ class RemotePath:
 
 StoragePath = Union[Path, RemotePath]
 
+# write_atomically's temporary file: ".NAME.PID.tmp".
+_TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?P<pid>[0-9]{1,10})\.tmp")
+
+
+def _running(pid: int) -> bool:
+    """Is process ``pid`` running on this machine (as far as this process can tell)?"""
+    if os.name == "nt":
+        return True  # os.kill would end it there: no stray file is removed on Windows
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError, OverflowError):
+        return True  # someone else's, or unknown: kept
+    return True
+
+
+def _is_url(text: str) -> bool:
+    """A URL as fsspec reads one: ``PROTOCOL://...``, or ``file:`` / ``local:`` followed by
+    a path (``file:/abs/ck`` is ``/abs/ck``; ``file:ck`` is ``ck`` in the working folder)."""
+    return "://" in text or text.lower().startswith(("file:", "local:"))
+
 
 def storage_path(value: str | os.PathLike[str], where: str) -> StoragePath:
-    """Where a checkpoint goes: a local ``Path``, or for a URL (``PROTOCOL://...``)
-    the ``fsspec`` filesystem it names: its local one as a ``Path`` (written
-    atomically, as local paths are), any other as a ``RemotePath``. A URL without
-    fsspec, or a protocol fsspec cannot open, is a HookError saying what to install."""
-    text = os.fspath(value)
-    if "://" not in text:
+    """Where a checkpoint goes: a local ``Path``, or for a URL (``PROTOCOL://...``,
+    ``file:/abs``) the ``fsspec`` filesystem it names, read as fsspec reads it: its
+    local one as a ``Path`` (written atomically, as local paths are), any other as a
+    ``RemotePath``. A URL without fsspec, or a protocol fsspec cannot open, is a
+    HookError saying what to install. A relative path given on ``hookwrap run``'s
+    command line is made absolute against the folder it ran in (``_paths``)."""
+    text = os.fspath(anchored(value))
+    if not _is_url(text):
         return Path(text)
     try:
         import fsspec
@@ -109,6 +137,18 @@ def storage_path(value: str | os.PathLike[str], where: str) -> StoragePath:
         return Path(path)
     protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
     return RemotePath(fs, path, protocol)
+
+
+def local_path(value: str | os.PathLike[str], where: str) -> Path:
+    """A file opened with ``open`` (a CSV, a log folder): a local path, or a URL of the
+    local filesystem (``file:/abs/m.csv``, ``file:///abs/m.csv``) read as fsspec reads
+    it; a URL of another filesystem is a HookError. Relative paths from ``hookwrap
+    run``'s command line are made absolute as ``storage_path`` makes them."""
+    path = storage_path(value, where)
+    if isinstance(path, RemotePath):
+        raise HookError(f"{where}: {os.fspath(value)!r} is on {path.protocol}://, and this file is written "
+                        f"with open() on the local filesystem. Pass a local path.")
+    return path
 
 
 class CheckpointIO:
@@ -133,6 +173,7 @@ class CheckpointIO:
         buffer = io.BytesIO()
         torch.save(checkpoint, buffer)
         data = buffer.getvalue()
+        swept: set[Path] = set()
         for path in paths:
             if isinstance(path, RemotePath):
                 path.fs.makedirs(path.parent.path, exist_ok=True)
@@ -140,7 +181,34 @@ class CheckpointIO:
                     f.write(data)
                 continue
             path.parent.mkdir(parents=True, exist_ok=True)
+            if path.parent not in swept:
+                swept.add(path.parent)
+                self.remove_stray_temporaries(path.parent, [p.name for p in paths if isinstance(p, Path)])
             self.write_atomically(path, data)
+
+    def remove_stray_temporaries(self, folder: Path, names: list[str]) -> list[Path]:
+        """Delete the temporary files a write killed midway left in ``folder``
+        (``write_atomically``'s ``.NAME.PID.tmp``, its process gone), and return them.
+        Only of hookwrap's naming: NAME one of ``names`` (being written now) or a
+        ``.pt`` file, PID a process that is not this one and not running here."""
+        removed: list[Path] = []
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            return removed
+        for entry in entries:
+            match = _TEMPORARY.fullmatch(entry.name)
+            if match is None or not (match["name"] in names or match["name"].endswith(".pt")):
+                continue
+            pid = int(match["pid"])
+            if pid == os.getpid() or _running(pid) or not entry.is_file(follow_symlinks=False):
+                continue
+            try:
+                os.unlink(entry.path)
+            except OSError:
+                continue  # gone already, or not ours to delete
+            removed.append(Path(entry.path))
+        return removed
 
     def write_atomically(self, path: Path, data: bytes) -> None:
         """``data`` as the whole of ``path``: a temporary file beside it, then renamed."""
@@ -214,19 +282,17 @@ class CheckpointIO:
         set_state_dict(model, optimizer if optimizer is not None else [], model_state_dict=target["model"],
                        optim_state_dict=target.get("optimizer", {}))
 
-    def load(self, path: StoragePath, map_location: Any = None, weights_only: bool = True) -> Any:
-        """What ``save`` wrote to ``path`` (``torch.load``), its tensors onto ``map_location``;
-        of a sharded checkpoint (a folder), its ``state.pt``."""
-        import torch
-
+    def load(self, path: StoragePath, map_location: Any = None) -> Any:
+        """What ``save`` wrote to ``path``, its tensors onto ``map_location``; of a sharded
+        checkpoint (a folder), its ``state.pt``. Read with ``weights_only_load``: never
+        code, whoever wrote the file."""
         if isinstance(path, Path) and path.is_dir():
             path = path / "state.pt"
-
         if isinstance(path, RemotePath):
             with path.fs.open(path.path, "rb") as f:
                 data = f.read()
-            return torch.load(io.BytesIO(data), map_location=map_location, weights_only=weights_only)
-        return torch.load(path, map_location=map_location, weights_only=weights_only)
+            return weights_only_load(io.BytesIO(data), str(path), map_location)
+        return weights_only_load(path, str(path), map_location)
 
     def exists(self, path: StoragePath) -> bool:
         """Is there a checkpoint file at ``path``?"""
@@ -261,6 +327,27 @@ class CheckpointIO:
             shutil.rmtree(path)
             return
         path.unlink(missing_ok=True)
+
+
+def weights_only_load(source: Any, name: str, map_location: Any = None) -> Any:
+    """``torch.load(source, weights_only=True)``: tensors and plain data (dicts, lists,
+    numbers, strings), never an object whose unpickling runs code. A file holding
+    anything else is a HookError naming it (``name``), what torch found, and the way
+    out; hookwrap never loads one with ``weights_only=False``."""
+    import pickle
+
+    import torch
+
+    try:
+        return torch.load(source, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        match = re.search(r"WeightsUnpickler error: ([^\n]*?)(?:\. Please|\n|$)", str(exc))
+        said = match.group(1) if match else (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise HookError(f"hookwrap: {name!r} holds more than tensors and plain data ({said}), and hookwrap "
+                        f"reads its files with torch.load(weights_only=True), which runs no code from them; "
+                        f"nothing was loaded. It was not written by hookwrap (or was changed since): load "
+                        f"only files you trust, and if you wrote this one yourself, save plain data "
+                        f"(state_dict()s, lists, numbers) instead of objects.") from None
 
 
 @contextlib.contextmanager

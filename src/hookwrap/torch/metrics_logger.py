@@ -21,6 +21,7 @@ from typing import Any, Callable, NamedTuple, NoReturn, Protocol
 from ..errors import HookError, HookwrapWarning
 from ..extend import Defers, Ending, has_join_point, track_deferring
 from ._attach import DefaultEvent, CountingCallback, On, is_rank_zero, positive_number, to_float, whole_number
+from .checkpoint_io import local_path
 from .distributed import is_distributed
 from .readback import settle as settle_decisions
 from .readback import QueuesReadBacks, shared
@@ -225,7 +226,7 @@ class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
         if path is not None and hasattr(path, "log_metrics"):
             raise HookError(f"MetricsLogger: path is hookwrap's own CSV file, and {_name(path)} is a "
                             f"logger: pass it as loggers=[...].")
-        self.path = Path(path) if path is not None else None
+        self.path = local_path(path, f"MetricsLogger({os.fspath(path)!r})") if path is not None else None
         self.every = whole_number(every, "every", "MetricsLogger")
         self.loggers = _check_loggers(loggers)
         self.events = {"loss": loss_event, "metrics": metrics_event, "epoch": epoch_event,
@@ -240,7 +241,8 @@ class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
                 raise HookError("MetricsLogger: tensorboard=True writes beside the CSV file, and there is "
                                 "none (path=None): pass tensorboard= a folder, or path=.")
             tensorboard = self.path.with_name(self.path.stem + "_tensorboard")
-        self.tensorboard_dir = Path(tensorboard) if tensorboard else None
+        self.tensorboard_dir = local_path(tensorboard, f"MetricsLogger(tensorboard={os.fspath(tensorboard)!r})") \
+            if tensorboard else None
         self.csv = CSVWriter(self.path) if self.path is not None else None
         self.tensorboard = TensorBoardWriter(self.tensorboard_dir) if self.tensorboard_dir else None
         if not self.sinks:

@@ -7,6 +7,7 @@ import contextlib
 import os
 from typing import Any, Callable
 
+from .._paths import anchored
 from ..errors import HookError
 from ..extend import join_points, process_rank
 from ._around import around_advice
@@ -59,7 +60,7 @@ class Profiler(ShippedCallback):
                             f"got {trace_format!r}.")
         self.trace_format = trace_format
         self.events: tuple[str, ...] = events
-        self.dir, self.step_event, self.fit_event = dir, step_event, fit_event
+        self.dir, self.step_event, self.fit_event = anchored(dir), step_event, fit_event
         self.wait, self.warmup = wait, warmup
         self.active = whole_number(active, "active", "Profiler")
         self.nvtx = torch.cuda.is_available()
