@@ -576,7 +576,11 @@ class _Signals:
 
     def course(self, signum: int, handler: Any) -> Any:
         """``handler``, or where it is ours, the one ours hands the signal on to."""
-        return self.previous.get(signum, signal.SIG_DFL) if handler == self.handle else handler
+        while True:  # hookwrap's, of this copy or another (a reimport), over each other
+            owner = getattr(handler, "__self__", None)
+            if not (type(owner).__name__ == "_Signals" and isinstance(getattr(owner, "previous", None), dict)):
+                return handler
+            handler = owner.previous.get(signum, signal.SIG_DFL)
 
     def hand_on(self, signum: int, frame: Any) -> None:
         """The signal as the process would have had it without hookwrap."""

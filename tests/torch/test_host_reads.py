@@ -165,11 +165,10 @@ def test_a_nan_in_the_last_steps_is_found_when_fit_ends(hw, ht, steps):
     assert trainer.steps == steps
 
 
-def test_a_function_loop_decides_at_each_outermost_call_unless_in_a_boundary(hw, ht):
-    """No step event and no fit: each call is the outermost, and its end the only
-    boundary sure to come, so the check is decided there (docs/design/decisions.md);
-    in a ``boundary()`` block (what ``hookwrap run`` runs a script in) the checks
-    defer, read in the check every ``check_every``."""
+def test_a_function_loop_reads_every_check_every_calls_not_each_call(hw, ht):
+    """No step event and no fit: the checks are read every ``check_every`` (in the
+    check), never once per call (issue 41: a read, a device sync on CUDA, per step);
+    what the last calls queued is decided at an ending (here the block's end)."""
     from hookwrap.extend import boundary
 
     @hw.hookable
@@ -181,14 +180,15 @@ def test_a_function_loop_decides_at_each_outermost_call_unless_in_a_boundary(hw,
     try:
         with ht.count_host_reads() as reads:
             compute_loss(torch.ones(2))
-            with pytest.raises(ht.NonFiniteError, match="returned inf before any step was counted"):
-                compute_loss(torch.full((2,), math.inf))
-        assert guard.checked == 2 and reads.count == 2
-        with ht.count_host_reads() as reads, boundary():
-            compute_loss(torch.ones(2))
             compute_loss(torch.full((2,), math.inf))
+            assert reads.count == 0  # two checks queued, none read
             with pytest.raises(ht.NonFiniteError, match="returned inf before any step was counted"):
+                compute_loss(torch.ones(2))  # the third: read in the check
+        assert guard.checked == 3 and reads.count == 1
+        with ht.count_host_reads() as reads:
+            with pytest.raises(ht.NonFiniteError, match="returned inf before any step was counted"), boundary():
                 compute_loss(torch.ones(2))
+                compute_loss(torch.full((2,), math.inf))  # fewer than check_every: at the block's end
         assert guard.checked == 5 and reads.count == 1
     finally:
         handle.remove()
@@ -226,8 +226,9 @@ def test_plain_numbers_are_checked_at_once_after_the_queued_tensors(hw, ht):
             step(torch.tensor(math.inf))  # queued: step 3
             with pytest.raises(ht.NonFiniteError, match="was inf at step 3"):
                 step(math.nan)  # the tensor before it went bad first
+        step(torch.tensor(math.inf))  # outside the block: queued, decided at an ending
         with pytest.raises(ht.NonFiniteError, match="was inf at step 5"):
-            step(torch.tensor(math.inf))  # outside the block: decided at the end of its own call
+            hw.callback_state(step)  # (one: the state a checkpoint takes)
     finally:
         handle.remove()
 
