@@ -577,10 +577,11 @@ class _Signals:
     def course(self, signum: int, handler: Any) -> Any:
         """``handler``, or where it is ours, the one ours hands the signal on to."""
         while True:  # hookwrap's, of this copy or another (a reimport), over each other
-            owner = getattr(handler, "__self__", None)
-            if not (type(owner).__name__ == "_Signals" and isinstance(getattr(owner, "previous", None), dict)):
+            owner: Any = getattr(handler, "__self__", None)
+            previous = getattr(owner, "previous", None)
+            if not (type(owner).__name__ == "_Signals" and isinstance(previous, dict)):
                 return handler
-            handler = owner.previous.get(signum, signal.SIG_DFL)
+            handler = previous.get(signum, signal.SIG_DFL)
 
     def hand_on(self, signum: int, frame: Any) -> None:
         """The signal as the process would have had it without hookwrap."""
