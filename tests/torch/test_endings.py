@@ -287,3 +287,50 @@ def test_two_hundred_steps_read_back_once_per_check_every_on_every_loop_shape(hw
     assert reads.count <= 200 // 20 + 1, reads  # every 20 checks (and the end of fit)
     hw.callback_state(loop)  # as a checkpoint takes it: what is held is delivered
     assert len(losses_in(tmp_path / "m.csv")) == 200  # and every row arrived
+
+
+# --- one base for deciding later, open to users' callbacks ---------------------------------
+
+
+def test_a_users_callback_on_the_shared_base_reads_at_its_points_and_before_a_checkpoint(hw, ht):
+    """``DecidesAtReadBacks`` (NanGuard's and SpikeDetection's base) gives a user's
+    callback the same points: a read every ``check_every`` values, none per step, and
+    a decision before a checkpoint is written (one registry: ``readback.settle``)."""
+    from hookwrap.torch.readback import DecidesAtReadBacks, count_host_reads, settle, shared
+
+    class Ceiling(DecidesAtReadBacks, hw.Callback):
+        check_every = 5
+
+        def __init__(self) -> None:
+            self.seen: list[float] = []
+
+        def post_loss(self, trainer: Any, return_value: Any) -> Any:
+            shared().put(return_value, self.seen.extend)
+            self.queued(trainer)
+            return return_value
+
+        def _read_back(self, wait: bool) -> None:
+            if not self._since:
+                return
+            self._since, self._due = 0, False
+            shared().read(wait=True)
+            if max(self.seen) > 5:
+                raise hw.StopTraining(f"above the ceiling at loss {len(self.seen)}")
+
+    class Loop(hw.Hookable):
+        def __init__(self) -> None:
+            self.model = torch.nn.Linear(2, 1)
+
+        @hw.hookable
+        def loss(self, value: float) -> Any:
+            return torch.tensor(value)
+
+    loop, ceiling = Loop(), Ceiling()
+    loop.add_callback(ceiling)
+    with count_host_reads() as reads:
+        for _ in range(20):
+            loop.loss(1.0)
+    assert reads.count == 4 and len(ceiling.seen) == 20  # every 5 values, none per call
+    loop.loss(9.0)  # queued, not read
+    with pytest.raises(hw.StopTraining, match="at loss 21"):
+        settle(loop)  # what Checkpoint asks before it writes: the queued value is decided

@@ -10,10 +10,10 @@ from collections.abc import Mapping
 from typing import Any, Callable
 
 from ..errors import CallbackSignatureError
-from ..extend import Defers, Ending, JoinPointInfo, per_join_point, reader
+from ..extend import Ending, JoinPointInfo, per_join_point, reader
 from ._attach import CountingCallback, DefaultEvent, On, whole_number
 from .distributed import is_distributed, per_rank, ranks_where
-from .readback import QueuesReadBacks, defers_decisions, shared
+from .readback import DecidesAtReadBacks, shared
 
 __all__ = ["NanGuard", "NonFiniteError"]
 
@@ -56,7 +56,7 @@ def _first_non_finite(value: Any) -> tuple[str, Any] | None:
 # Deferred checks are read back (and decided on) at the end of each epoch.
 _READS_AT_EPOCHS = (On("post", "epoch_event", "end_of_epoch"),)
 
-class NanGuard(Defers, QueuesReadBacks, CountingCallback):
+class NanGuard(DecidesAtReadBacks, CountingCallback):
     """Raises ``NonFiniteError`` naming the event, the step and the value when
     the loss or metrics of one of ``events`` are NaN or infinite: the join point's
     ``argument`` (default ``loss``, as in ``backward(loss)``) where it has one, else
@@ -107,12 +107,8 @@ class NanGuard(Defers, QueuesReadBacks, CountingCallback):
         self.check_every = whole_number(check_every, "check_every", "NanGuard")
         self.epoch_event, self.fit_event = epoch_event, fit_event
         self.checked = 0
-        self._since = 0  # checks since the last read-back point
-        self._due = False  # check_every checks queued: read back at the next step
-        self._steps_counted = False  # a step event is attached (read back there)
         self._first: tuple[int, str, Any, str, int, str] | None = None  # (check, what, value, where, step, of)
         self._last_what = ""
-        self._checked_on: int | None = None  # id() of the hooked object of the checks queued since then
         self.run_event = fit_event if not self.sync else None
 
     @property
@@ -127,7 +123,6 @@ class NanGuard(Defers, QueuesReadBacks, CountingCallback):
             pairs.append((f"post-{name}", per_join_point(self, f"check[{name}]", choose)))
         self._steps_counted = self.wants(target, self.step_event)
         if not self.sync:
-            defers_decisions(self)  # a checkpoint written asks it first (readback.settle)
             pairs += self.registrations(target, _READS_AT_EPOCHS)
             self.wants(target, self.fit_event)  # a boundary (Defers): checked here, a name must exist
         return pairs
@@ -171,12 +166,8 @@ class NanGuard(Defers, QueuesReadBacks, CountingCallback):
         self._check(obj, f"argument {self.argument!r} of {event!r} was", value)
 
     def _count_step(self, obj: Any) -> None:
-        if self._due:  # check_every checks queued in the steps before this one
-            self._read_back(wait=False)
+        self.read_if_due()  # check_every checks queued in the steps before this one
         self.step += 1
-
-    def end_of_epoch(self, obj: Any) -> None:
-        self._read_back(wait=False)
 
     def failed_fit(self, obj: Any, exception: BaseException) -> None:
         """``fit`` raised: nothing it queued is carried into the next fit. A value read
@@ -196,40 +187,22 @@ class NanGuard(Defers, QueuesReadBacks, CountingCallback):
             if not isinstance(exception, Exception):  # KeyboardInterrupt, SystemExit: notes go unprinted
                 print(f"hookwrap: {found} ({type(exception).__name__} ended the run.)", file=sys.stderr)
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {**super().__getstate__(), "_checked_on": None}  # the hooked object is not copied with it
-
-    def decide_for(self, obj: Any) -> None:
-        """``readback.settle(obj)``: decide now on the checks queued for ``obj`` (those
-        of another loop, or of one abandoned mid-run, are not this one's to stop)."""
-        if self._since and self._checked_on == id(obj):
-            self._read_back(wait=True)
-
-    def check_pending(self) -> None:
-        """Read back the checks queued so far (waiting for the device) and raise
-        ``NonFiniteError`` if one was not finite. Under torch.distributed a
-        collective: call it on every rank at the same point."""
-        self._read_back(wait=True)
-
     def _check(self, obj: Any, what: str, value: Any) -> None:
         self.checked += 1
         if self.sync:
             self._check_now(obj, what, value)
             return
-        self._since += 1
-        self._checked_on = id(obj)  # an id: a pending check keeps no trainer alive
         self._last_what = what
         of = f" ({type(obj).__name__})" if obj is not None else ""
         found_now = self._queue(value, "", (self.checked, what, self.step, of))
         if (found_now or self._first is not None) and not is_distributed():
             # A number (decided now, after the tensors queued before it), or a value
             # delivered by another callback's read.
+            self._since += 1
+            self._checked_on = id(obj)
             self._read_back(wait=True)
-        if self._since >= self.check_every:
-            if self._steps_counted:
-                self._due = True
-            else:
-                self._read_back(wait=False)
+            return
+        self.queued(obj)  # read back once check_every are queued
 
     def _queue(self, value: Any, path: str, context: tuple[int, str, int, Any]) -> bool:
         """Queue the checks of ``value``'s tensors on their device; True when a plain

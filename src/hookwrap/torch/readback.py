@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import weakref
 from collections import deque
 from collections.abc import Iterator
 from typing import Any, Callable
 
-__all__ = ["HostReads", "QueuesReadBacks", "ReadBack", "count_host_reads", "defers_decisions", "settle", "shared"]
+from ..extend import Defers, deferring_callbacks, track_deferring
+
+__all__ = ["DecidesAtReadBacks", "HostReads", "QueuesReadBacks", "ReadBack", "count_host_reads", "defers_decisions",
+           "settle", "shared"]
 
 Deliver = Callable[[list[float]], None]
 
@@ -152,16 +154,80 @@ class QueuesReadBacks:
         return self.__dict__.copy()
 
 
-# Callbacks that defer a decision to a read-back point (NanGuard): settle() asks
-# them to take it now. Weak: a callback nothing else holds is not kept for this.
-_DECIDERS: weakref.WeakSet[Any] = weakref.WeakSet()
+class DecidesAtReadBacks(Defers, QueuesReadBacks):
+    """The base of a callback that queues device values and decides on them later
+    (NanGuard, SpikeDetection; yours), at the points it declares rather than per
+    value: once ``check_every`` values are queued (at the start of the next step
+    where a step is counted, else at once), at the end of each epoch, and at every
+    ending of ``hookwrap.extend.Defers`` (the run's end, a signal, exit, ...).
+    ``readback.settle(obj)`` (a checkpoint about to be written) asks it to decide on
+    ``obj``'s values first.
+
+    A subclass queues with ``shared().put`` and then calls ``queued(obj)``, and
+    implements ``_read_back(wait)``: read what is queued (``shared().read``) and
+    decide, raising to stop the run. ``undecided()`` says how many values wait.
+    ``settle`` decides at every ending but one an error leaves by (override it to
+    note what it found on that error)."""
+
+    check_every = 20
+    _since = 0  # values queued since the last read-back point
+    _due = False  # check_every values queued: read back at the next step's start
+    _steps_counted = False  # a step join point is counted: the point is the next step's start
+    _checked_on: int | None = None  # id() of the hooked object of the values queued (no reference)
+
+    def _read_back(self, wait: bool) -> None:
+        raise NotImplementedError(f"{type(self).__qualname__} must define _read_back(wait)")
+
+    def queued(self, obj: Any) -> None:
+        """One value of ``obj`` queued: read back once ``check_every`` wait."""
+        self._since += 1
+        self._checked_on = id(obj)
+        if self._since >= self.check_every:
+            if self._steps_counted:
+                self._due = True
+            else:
+                self._read_back(wait=False)
+
+    def read_if_due(self) -> None:
+        """The start of a step: read back when ``check_every`` values were queued before it."""
+        if self._due:
+            self._read_back(wait=False)
+
+    def end_of_epoch(self, obj: Any) -> None:
+        self._read_back(wait=False)
+
+    def undecided(self) -> int:
+        """Values queued and not yet decided on."""
+        return self._since
+
+    def settle(self, obj: Any, ending: Any) -> None:
+        if not ending.failed:
+            self._read_back(wait=True)
+
+    def pending(self) -> str:
+        count = self.undecided()
+        return f"{count} values not yet decided" if count else ""
+
+    def decide_for(self, obj: Any) -> None:
+        """``settle(obj)``: decide now on the values queued for ``obj`` (those of another
+        loop, or of one abandoned mid-run, are not this one's to decide)."""
+        if self.undecided() and self._checked_on == id(obj):
+            self._read_back(wait=True)
+
+    def check_pending(self) -> None:
+        """Read back what is queued (waiting for the device) and decide now. Under
+        torch.distributed a collective: call it on every rank at the same point."""
+        self._read_back(wait=True)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**super().__getstate__(), "_checked_on": None}  # the hooked object is not copied with it
 
 
 def defers_decisions(callback: Any) -> None:
-    """Register ``callback``, whose ``decide_for(obj)`` takes the decisions it has
-    deferred on checks of hooked object ``obj`` (and raises to stop the run), to be
-    asked by ``settle``."""
-    _DECIDERS.add(callback)
+    """Have ``settle`` ask ``callback`` (with ``decide_for(obj)``) to decide first. A
+    ``DecidesAtReadBacks`` is asked once attached; this registers any other
+    ``hookwrap.extend.Defers`` with a ``decide_for`` (the same registry)."""
+    track_deferring(callback)
 
 
 def settle(obj: Any) -> None:
@@ -171,8 +237,10 @@ def settle(obj: Any) -> None:
     weights are saved. Under torch.distributed a collective: call it on every rank
     at the same point."""
     shared().read(wait=True)
-    for callback in list(_DECIDERS):
-        callback.decide_for(obj)
+    for callback in deferring_callbacks():
+        decide = getattr(callback, "decide_for", None)
+        if decide is not None:
+            decide(obj)
 
 
 def shared() -> ReadBack:

@@ -12,10 +12,10 @@ from collections import deque
 from typing import Any, Callable
 
 from ..errors import CallbackSignatureError, HookError, StopTraining
-from ..extend import Defers, Ending, JoinPointInfo, per_join_point, reader
+from ..extend import Ending, JoinPointInfo, per_join_point, reader
 from ._attach import COUNT, CountingCallback, DefaultEvent, On, is_rank_zero, saved, whole_number
 from .distributed import is_distributed, ranks_where
-from .readback import QueuesReadBacks, defers_decisions, shared
+from .readback import DecidesAtReadBacks, shared
 
 __all__ = ["SpikeDetection", "TrainingSpikeError"]
 
@@ -38,7 +38,7 @@ class TrainingSpikeError(RuntimeError):
 _READS_AT_EPOCHS = (On("post", "epoch_event", "end_of_epoch"),)
 
 
-class SpikeDetection(Defers, QueuesReadBacks, CountingCallback):
+class SpikeDetection(DecidesAtReadBacks, CountingCallback):
     """Lightning's ``SpikeDetection`` (``lightning.fabric.utilities.spike``) on any
     loop: a loss is a spike when it is worse than the last loss counted (``mode``
     ``"min"``: higher) and, against the mean of the last ``window`` losses counted,
@@ -124,11 +124,7 @@ class SpikeDetection(Defers, QueuesReadBacks, CountingCallback):
         self._queued = 0  # losses checked
         self._next = 1  # the number of the next loss to decide
         self._arrived: dict[int, tuple[int, float]] = {}  # number -> (step, value)
-        self._since = 0  # losses checked since the last read-back point
-        self._due = False
-        self._steps_counted = False
         self._found: tuple[int, float, float] | None = None  # a spike decided, not yet acted on
-        self._checked_on: int | None = None
         self._run_over = False  # settling at the run's end: action="stop" has nothing left to stop
 
     @property
@@ -144,7 +140,6 @@ class SpikeDetection(Defers, QueuesReadBacks, CountingCallback):
         pairs: list[tuple[str, Callable[..., Any]]] = [
             (f"post-{self.event}", per_join_point(self, "check", self._choose))]
         self._steps_counted = self.wants(target, self.step_event)
-        defers_decisions(self)  # a checkpoint written asks it first (readback.settle)
         pairs += self.registrations(target, _READS_AT_EPOCHS)
         self.wants(target, self.fit_event)  # a boundary (Defers): checked here, a name must exist
         return pairs
@@ -174,31 +169,23 @@ class SpikeDetection(Defers, QueuesReadBacks, CountingCallback):
             raise HookError(f"{self.where}: the loss must be a tensor of one element or a number, got "
                             f"{type(value).__name__} at step {step}.")
         self._queued = number
-        self._checked_on = id(obj)
-        self._since += 1
         if tensor:
             shared().put(value, functools.partial(self._delivered, number, step))
         else:
             self._arrived[number] = (step, float(value))
             if not is_distributed():
+                self._since += 1
+                self._checked_on = id(obj)
                 self._read_back(wait=True)  # a number: decided now, after the tensors before it
                 return
-        if self._since >= self.check_every:
-            if self._steps_counted:
-                self._due = True
-            else:
-                self._read_back(wait=False)
+        self.queued(obj)  # read back once check_every are queued
 
     def _delivered(self, number: int, step: int, values: list[float]) -> None:
         self._arrived[number] = (step, values[0])  # decided at the read-back point (this must not raise)
 
     def _count_step(self, obj: Any) -> None:
-        if self._due:  # check_every losses queued in the steps before this one
-            self._read_back(wait=False)
+        self.read_if_due()  # check_every losses queued in the steps before this one
         self.step += 1
-
-    def end_of_epoch(self, obj: Any) -> None:
-        self._read_back(wait=False)
 
     # --- deciding, in order, at read-back points ------------------------------------------
 
@@ -328,18 +315,8 @@ class SpikeDetection(Defers, QueuesReadBacks, CountingCallback):
         count = self._pending()
         return f"{count} losses not yet checked for spikes" if count else ""
 
-    def decide_for(self, obj: Any) -> None:
-        """``readback.settle(obj)``: decide now on the losses queued for ``obj``."""
-        if self._pending() and self._checked_on == id(obj):
-            self._read_back(wait=True)
-
-    def check_pending(self) -> None:
-        """Read back and decide the losses queued so far (waiting for the device), for
-        loops without epoch or fit join points."""
-        self._read_back(wait=True)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**super().__getstate__(), "_checked_on": None}
+    def undecided(self) -> int:
+        return self._pending()
 
     # --- state ----------------------------------------------------------------------------
 
