@@ -7,13 +7,14 @@ It imports only ``errors``, so every module can import it."""
 
 from __future__ import annotations
 
+import re
 import sys
 from collections import OrderedDict
 from typing import Any
 
 from .errors import HookError
 
-__all__ = ["check_plain", "not_plain"]
+__all__ = ["check_plain", "not_plain", "weights_only_load"]
 
 _SCALARS = (str, bytes, int, float, complex, bool, type(None))
 _TORCH_PLAIN = ("Tensor", "Parameter", "Size", "dtype", "device", "layout", "memory_format")
@@ -63,3 +64,24 @@ def check_plain(value: Any, where: str, what: str) -> None:
                     f"A callback's state_dict() returns plain data, so that a checkpoint loads with "
                     f"torch.load(weights_only=True) and runs no code: load only checkpoints you trust, and "
                     f"make your callback's state_dict() return plain values.")
+
+
+def weights_only_load(source: Any, name: str, map_location: Any = None) -> Any:
+    """``torch.load(source, weights_only=True)``: tensors and plain data (dicts, lists,
+    numbers, strings), never an object whose unpickling runs code. A file holding
+    anything else is a HookError naming it (``name``), what torch found, and the way
+    out; hookwrap never loads one with ``weights_only=False``."""
+    import pickle
+
+    import torch
+
+    try:
+        return torch.load(source, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        match = re.search(r"WeightsUnpickler error: ([^\n]*?)(?:\. Please|\n|$)", str(exc))
+        said = match.group(1) if match else (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise HookError(f"hookwrap: {name!r} holds more than tensors and plain data ({said}), and hookwrap "
+                        f"reads its files with torch.load(weights_only=True), which runs no code from them; "
+                        f"nothing was loaded. It was not written by hookwrap (or was changed since): load "
+                        f"only files you trust, and if you wrote this one yourself, save plain data "
+                        f"(state_dict()s, lists, numbers) instead of objects.") from None

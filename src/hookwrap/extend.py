@@ -236,11 +236,17 @@ from ._joinpoints import (
     spec_of,
     target_join_points,
 )
-from ._registry import FixedList, Removable
+from ._paths import anchored
+from ._plain import check_plain, weights_only_load
+from ._registry import FixedList, Removable, runs_last
 from ._rules import DONE, METHOD, NOT_STARTED, STARTED, Guard
 from .errors import HookError, UnknownEventError, closest, safe_repr
 
 __all__ = [
+    "anchored",
+    "check_plain",
+    "runs_last",
+    "weights_only_load",
     "DONE",
     "NOT_STARTED",
     "STARTED",

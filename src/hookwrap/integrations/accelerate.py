@@ -99,7 +99,7 @@ def weave(accelerator: Any = None, *, stop: str = "raise") -> PresetHandle:
         if not isinstance(obj, CallbackState):
             load_custom_state(obj, path, index, *args, **kwargs)
             return None
-        from ..torch.checkpoint_io import weights_only_load
+        from ..extend import weights_only_load
 
         location = f"{path}/custom_checkpoint_{index}.pkl"
         obj.load_state_dict(weights_only_load(location, location, "cpu"))

@@ -81,9 +81,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import Callback, add_callback, callback_state, describe, emit, load_callback_state
-from .._plain import check_plain
 from ..errors import HookError, HookwrapWarning, StopTraining
-from ..extend import Defers, Ending, stateful_callbacks
+from ..extend import Defers, Ending, check_plain, stateful_callbacks
 from ._weaving import PresetHandle, _raw, _set, accumulates, routed, stage, target_class
 
 __all__ = ["CHECKPOINT_KEY", "HOOKS", "should_stop", "weave"]

@@ -40,9 +40,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from ..extend import check_plain
 from ..errors import HookError
 from .. import callback_state
-from .._plain import check_plain
 from ._weaving import (PresetHandle, accumulates, done, instead, log_event, patch, resume_callbacks, resume_without_state,
                        resumes_itself, routed, stage, stop_while_running, target_class)
 

@@ -36,7 +36,7 @@ import os
 from typing import Any
 
 from .. import callback_state
-from .._plain import check_plain
+from ..extend import check_plain
 from ..errors import HookError
 from ._weaving import (PresetHandle, accumulates, current_run, log_event, patch, resume_callbacks, resume_without_state,
                        resumes_itself, routed, stage, stop_while_running, target_class)
@@ -100,7 +100,7 @@ def _checkpoint_callbacks(handle: PresetHandle, cls: type) -> None:
     ``torch.load(weights_only=True)``: a checkpoint folder runs no code."""
     import torch
 
-    from ..torch.checkpoint_io import weights_only_load
+    from ..extend import weights_only_load
 
     def make_save(original: Any, layer: Any) -> Any:
         def _save_checkpoint(self: Any, model: Any, trial: Any, *args: Any, **kwargs: Any) -> Any:

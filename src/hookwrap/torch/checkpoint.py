@@ -16,9 +16,7 @@ from typing import Any, Callable, Literal, overload
 
 from ..errors import HookError, HookwrapWarning, add_note_once
 from .. import callback_state, load_callback_state
-from .._paths import anchored
-from .._registry import runs_last
-from ..extend import JoinPointInfo, is_join_point, per_join_point, reader, stateful_callbacks
+from ..extend import JoinPointInfo, anchored, is_join_point, per_join_point, reader, runs_last, stateful_callbacks
 from ._attach import (COUNT, NUMBER_OR_NONE, CountingCallback, DefaultEvent, Saved, framework_resume, from_object,
                       is_rank_zero, saved, whole_number)
 from ._best import MonitoredCallback

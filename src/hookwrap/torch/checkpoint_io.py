@@ -24,9 +24,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Union
 
-from .._paths import anchored
 from ..errors import HookError
-from ..extend import process_rank
+from ..extend import anchored, process_rank, weights_only_load
 from .distributed import is_distributed, ranks_where
 
 __all__ = ["CheckpointIO", "RemotePath", "StoragePath", "gather_ranks", "local_path", "of_this_rank",
@@ -327,27 +326,6 @@ class CheckpointIO:
             shutil.rmtree(path)
             return
         path.unlink(missing_ok=True)
-
-
-def weights_only_load(source: Any, name: str, map_location: Any = None) -> Any:
-    """``torch.load(source, weights_only=True)``: tensors and plain data (dicts, lists,
-    numbers, strings), never an object whose unpickling runs code. A file holding
-    anything else is a HookError naming it (``name``), what torch found, and the way
-    out; hookwrap never loads one with ``weights_only=False``."""
-    import pickle
-
-    import torch
-
-    try:
-        return torch.load(source, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as exc:
-        match = re.search(r"WeightsUnpickler error: ([^\n]*?)(?:\. Please|\n|$)", str(exc))
-        said = match.group(1) if match else (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise HookError(f"hookwrap: {name!r} holds more than tensors and plain data ({said}), and hookwrap "
-                        f"reads its files with torch.load(weights_only=True), which runs no code from them; "
-                        f"nothing was loaded. It was not written by hookwrap (or was changed since): load "
-                        f"only files you trust, and if you wrote this one yourself, save plain data "
-                        f"(state_dict()s, lists, numbers) instead of objects.") from None
 
 
 @contextlib.contextmanager

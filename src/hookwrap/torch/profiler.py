@@ -7,9 +7,8 @@ import contextlib
 import os
 from typing import Any, Callable
 
-from .._paths import anchored
 from ..errors import HookError
-from ..extend import join_points, process_rank
+from ..extend import anchored, join_points, process_rank
 from ._around import around_advice
 from ._attach import DefaultEvent, On, ShippedCallback, event_names, whole_number
 
