@@ -66,7 +66,7 @@ def test_backward_and_optimizer_step_are_events_of_the_accelerator(hw, preset):
         before = weights(model)
         assert train(accelerator, model, optimizer, steps=3) == 3
         assert torch.equal(weights(model), before)
-        assert [n for _, n in grads.history] == [0.0] * 3 and lrs.history == [(0, [pytest.approx(0.1)])]
+        assert [n for _, n in grads.history] == [0.0] * 3 and lrs.history == [(1, [pytest.approx(0.1)])]  # update 1
         steps = []
         hw.after(accelerator, "optimizer_step", lambda self: steps.append(1))
         other, other_model, other_optimizer = prepared()  # another accelerator's optimizer: its own events
@@ -205,3 +205,37 @@ def test_a_crafted_callback_state_runs_no_code_on_load_state(hw, preset, tmp_pat
         with pytest.raises(hw.HookError, match=r"custom_checkpoint_0\.pkl.*holds more than tensors and plain data"):
             fresh.load_state(str(tmp_path / "state"))
     assert not marker.exists()
+
+
+def test_callbacks_count_the_updates_accelerate_runs(hw, preset):
+    """Under accelerator.accumulate(model), 4 batches an update: a step is an update, so
+    GradNorm measures once per update (the accumulated gradients, as the update sees them)
+    and NanGuard names the update of the batch whose loss is NaN."""
+    from hookwrap.torch import GradNorm, NanGuard, NonFiniteError
+
+    def run(nan_at: int | None = None) -> list[float]:
+        torch.manual_seed(0)
+        accelerator = accelerate.Accelerator(cpu=True, gradient_accumulation_steps=4)
+        model = torch.nn.Linear(4, 1)
+        model, optimizer = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+        grads = GradNorm(model=model)
+        hw.add_callback(accelerator, grads)
+        hw.add_callback(accelerator, NanGuard(events=("backward",), sync=True))
+        seen: list[float] = []  # the norm the update applies
+        hw.before(accelerator, "optimizer_step", lambda self: seen.append(float(torch.linalg.vector_norm(
+            torch.cat([p.grad.flatten() for p in model.parameters()])))))
+        g = torch.Generator().manual_seed(1)
+        for batch in range(1, 17):
+            x, y = torch.randn(8, 4, generator=g), torch.randn(8, 1, generator=g)
+            with accelerator.accumulate(model):
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                accelerator.backward(loss * float("nan") if batch == nan_at else loss)
+                optimizer.step()
+                optimizer.zero_grad()
+        assert grads.history == [(step, pytest.approx(norm)) for step, norm in zip(range(1, 5), seen)]
+        return seen
+
+    with preset.weave():
+        assert len(run()) == 4
+        with pytest.raises(NonFiniteError, match=r"at step 3\b"):
+            run(nan_at=9)  # the first batch of update 3

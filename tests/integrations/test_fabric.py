@@ -5,6 +5,7 @@ decide is compared with what Fabric (its own callbacks, its CSVLogger) and Light
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import subprocess
@@ -128,6 +129,36 @@ def test_optimizer_steps_are_updates_with_gradient_accumulation(hw, preset):
     assert torch.equal(weights(model), woven)
 
 
+@pytest.mark.parametrize("accumulate", [1, 4])
+def test_callbacks_count_the_updates_fabric_runs(hw, preset, accumulate):
+    """A step is an update (Fabric's on_after_optimizer_step): EarlyStopping's step and
+    saved state, and one loss row per update, the mean of its batches' losses, at its step."""
+    from hookwrap.torch import EarlyStopping, MetricsLogger
+
+    class Sink:
+        def __init__(self) -> None:
+            self.rows: list[tuple[int, dict[str, float]]] = []
+
+        def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+            self.rows.append((step, dict(metrics)))
+
+    batch_losses: list[float] = []
+    with preset.weave():
+        counter, sink = FabricCounter(), Sink()
+        early = EarlyStopping("val_loss", patience=100)
+        fabric, model, optimizer = made(callbacks=[counter, early, MetricsLogger(loggers=[sink], flush_secs=None)])
+        hw.after(fabric, "loss", lambda self, return_value: batch_losses.append(float(return_value.detach())) or return_value)
+        train(fabric, model, optimizer, epochs=2, accumulate=accumulate)
+        fabric.call("on_train_end")
+    updates = 2 * BATCHES // accumulate
+    assert counter.updates == updates and early.step == updates and early.state_dict()["step_axis"] == "updates"
+    assert early.best_step == updates  # VAL[1] = 0.8 after epoch 2, its last update
+    losses = [(step, metrics["loss"]) for step, metrics in sink.rows if "loss" in metrics]
+    means = [sum(batch_losses[i:i + accumulate]) / accumulate for i in range(0, len(batch_losses), accumulate)]
+    assert losses == [(step, pytest.approx(mean)) for step, mean in zip(range(1, updates + 1), means)]
+    assert [step for step, metrics in sink.rows if "val_loss" in metrics] == [updates // 2, updates]
+
+
 def test_backward_reads_the_loss_and_optimizer_step_is_routed_to_its_fabric(hw, preset):
     from hookwrap.torch import GradNorm, LRMonitor
 
@@ -140,7 +171,7 @@ def test_backward_reads_the_loss_and_optimizer_step_is_routed_to_its_fabric(hw, 
         before = weights(model)
         train(fabric, model, optimizer, epochs=1)
         assert torch.equal(weights(model), before)
-        assert [n for _, n in grads.history] == [0.0] * BATCHES and lrs.history == [(0, [pytest.approx(0.1)])]
+        assert [n for _, n in grads.history] == [0.0] * BATCHES and lrs.history == [(1, [pytest.approx(0.1)])]  # update 1
         steps: list[int] = []
         hw.after(fabric, "optimizer_step", lambda self: steps.append(1))
         other, other_model, other_optimizer = made()  # another fabric's optimizer: its own events
@@ -219,13 +250,16 @@ def test_a_resumed_run_stops_where_a_straight_one_does(hw, preset, tmp_path):
         run(3, resume=False, tag="first")  # stopped after 3 epochs (killed), saved each
         saved = torch.load(tmp_path / "last.pt", weights_only=False)
         assert saved["hookwrap"] == {  # the state after epoch 3, the last saved
-            "EarlyStopping[monitor=val_loss,mode=min]": {"step": 24, "best": 0.8, "best_step": 16, "wait": 1},
-            f"BestCheckpoint[{tmp_path / 'best-first.pt'}]": {"step": 24, "best": 0.8, "best_step": 16}}
+            "EarlyStopping[monitor=val_loss,mode=min]": {"step": 24, "step_axis": "updates", "best": 0.8,
+                                                         "best_step": 16, "wait": 1},
+            f"BestCheckpoint[{tmp_path / 'best-first.pt'}]": {"step": 24, "step_axis": "updates", "best": 0.8,
+                                                              "best_step": 16}}
         resumed, resumed_best, resumed_model, first = run(len(VAL), resume=True, tag="first")
     assert first == 3
     # The same stop (a fresh EarlyStopping from epoch 4 on would never stop on VAL).
     assert resumed.state_dict() == straight.state_dict() and resumed.step == lightning_stops_at(2) * BATCHES
-    assert resumed_best.state_dict() == straight_best.state_dict() == {"step": 32, "best": 0.8, "best_step": 16}
+    assert resumed_best.state_dict() == straight_best.state_dict() == {"step": 32, "step_axis": "updates", "best": 0.8,
+                                                                       "best_step": 16}
     assert torch.equal(weights(resumed_model), weights(straight_model))
 
 
@@ -327,6 +361,7 @@ def test_nothing_deferred_is_lost_at_the_end_of_the_run(hw, preset, tmp_path):
         fabric, model, optimizer = made(callbacks=[NanGuard(events="loss")])
         with boundary():
             for step in range(1, BATCHES + 1):
+                optimizer.step()  # update `step`: Fabric's step is an update it runs
                 fabric.call("on_train_batch_end", loss=torch.tensor(float("nan") if step == 3 else 1.0))
             with pytest.raises(NonFiniteError, match="at step 3"):
                 fabric.call("on_train_end")
@@ -421,3 +456,37 @@ def test_a_crafted_hookwrap_state_runs_no_code_and_objects_are_refused(hw, prese
                    tmp_path / "objects.pt")
         with pytest.raises(hw.HookError, match=r"load_callback_state.*builtins\.object.*plain data"):
             fabric.load(tmp_path / "objects.pt", {"model": model}, weights_only=False)
+
+
+def test_spike_detection_writes_the_batches_lightning_writes(hw, preset, tmp_path):
+    """Accumulating 2 batches an update, one loss spikes: SpikeDetection on the preset writes
+    the skip file Lightning's own SpikeDetection writes for the same losses (its batch_idx,
+    0-based), and names the update (step) the batch belongs to."""
+    import json
+
+    from lightning.fabric.utilities.spike import SpikeDetection as LightningSpikeDetection
+    from lightning.fabric.utilities.spike import TrainingSpikeException
+
+    from hookwrap.torch import SpikeDetection
+
+    losses = [2.0 * 0.97 ** i for i in range(16)]
+    losses[10] = 9.0  # batch_idx 10: the first batch of update 6
+    theirs = LightningSpikeDetection(exclude_batches_path=str(tmp_path / "theirs.json"))
+    for batch_idx, value in enumerate(losses):
+        with contextlib.suppress(TrainingSpikeException):
+            theirs.on_train_batch_end(made()[0], torch.tensor(value), None, batch_idx)
+    with preset.weave():
+        ours = SpikeDetection(action="log", exclude_batches_path=tmp_path / "ours.json", check_every=1)
+        fabric, model, optimizer = made(callbacks=[ours])
+        for batch_idx, value in enumerate(losses):
+            loss = model(torch.ones(1, 4)).sum() * 0.0 + value  # the scripted value, with a graph
+            fabric.backward(loss)
+            if batch_idx % 2 == 1:
+                optimizer.step()
+                optimizer.zero_grad()
+            fabric.call("on_train_batch_end", loss=loss)
+        fabric.call("on_train_end")
+    assert theirs.bad_batches == [9, 10]
+    assert ours.bad_batches == theirs.bad_batches == json.loads((tmp_path / "theirs.json").read_text())
+    assert json.loads((tmp_path / "ours.json").read_text()) == [9, 10]
+    assert [step for step, _, _ in ours.spikes] == [6]

@@ -382,3 +382,66 @@ def test_checkpoint_resume_is_refused_naming_lightnings_own(hw, preset, tmp_path
                 hw.add_callback(module, Checkpoint(tmp_path / "refused", **settings))
         with pytest.raises(hw.HookError, match="ckpt_path"):
             Checkpoint(tmp_path / "ckpt").resume(module, "exception")
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_callbacks_number_steps_as_model_checkpoint_does(hw, preset, tmp_path, accumulate):
+    """A step is Lightning's global_step (optimizer updates), with accumulation on and
+    off: Checkpoint(every_n_steps=3) writes the steps ModelCheckpoint(every_n_train_steps=3)
+    names, and BestCheckpoint's best step is the one in ModelCheckpoint's best file's name."""
+    import os
+
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from hookwrap.torch import BestCheckpoint, Checkpoint, EarlyStopping
+
+    class Scripted(Module):  # val_loss 3, 1, 2, 1.5: the best is the 2nd validation's
+        def validation_step(self, batch: Any, batch_idx: int) -> None:
+            self.log("val_loss", torch.tensor([3.0, 1.0, 2.0, 1.5][self.current_epoch]))
+
+    with preset.weave(Scripted):
+        module = Scripted(lr=0.1)
+        every = Checkpoint(tmp_path / "ck", every_n_steps=3)
+        best, early = BestCheckpoint(tmp_path / "best.pt", "val_loss", model=module), EarlyStopping("val_loss")
+        for cb in (every, best, early):
+            hw.add_callback(module, cb)
+        theirs = ModelCheckpoint(tmp_path / "pl", filename="{step}", every_n_train_steps=3, save_top_k=-1)
+        their_best = ModelCheckpoint(tmp_path / "pl-best", filename="{step}", monitor="val_loss")
+        run = pl.Trainer(max_epochs=4, accelerator="cpu", logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, accumulate_grad_batches=accumulate,
+                         callbacks=[theirs, their_best])
+        run.fit(module, loader(), loader())
+    assert run.global_step == 16 // accumulate
+    steps = sorted(int(name[len("step="):-len(".ckpt")]) for name in os.listdir(tmp_path / "pl"))
+    assert sorted(os.listdir(tmp_path / "ck")) == sorted(["last.pt"] + [f"step={s}.pt" for s in steps])
+    assert their_best.best_model_path.endswith(f"step={best.best_step}.ckpt")
+    assert early.best_step == best.best_step == 8 // accumulate and early.step == run.global_step
+
+
+def test_grad_norm_is_the_unscaled_norm_under_lightning_16_mixed(hw, preset):
+    """precision="16-mixed" (Lightning's GradScaler, here on the CPU): GradNorm after
+    backward reads gradients still scaled, and reports the norm Lightning sees after it
+    unscales them (on_before_optimizer_step), inf on the steps the scaler skips."""
+    from lightning.pytorch.plugins.precision import MixedPrecision
+
+    from hookwrap.torch import GradNorm
+
+    class Half(Module):
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            x, y = batch
+            return torch.nn.functional.mse_loss(self.layer(x).float(), y)
+
+        def on_before_optimizer_step(self, optimizer: Any) -> None:  # unscaled by now
+            theirs.append(float(torch.linalg.vector_norm(torch.cat([p.grad.flatten() for p in self.parameters()]))))
+
+    theirs: list[float] = []
+    with preset.weave(Half):
+        module = Half(lr=0.1)
+        grads = GradNorm(model=module)
+        hw.add_callback(module, grads)
+        run = pl.Trainer(max_epochs=2, accelerator="cpu", logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False,
+                         plugins=[MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu"))])
+        run.fit(module, loader())
+    assert len(theirs) == 8 and run.precision_plugin.scaler.get_scale() < 65536.0  # it scaled, and skipped
+    assert [norm for _, norm in grads.history] == [pytest.approx(norm, rel=1e-3) for norm in theirs]

@@ -254,9 +254,10 @@ def test_metrics_logger_logs_what_hf_logs_under_accumulation(hw, preset, tmp_pat
 @pytest.mark.parametrize("threshold", [0.01, 0.03])
 def test_early_stopping_decides_as_hf_early_stopping_callback(hw, preset, tmp_path, threshold):
     """The same run, stopped by HF's EarlyStoppingCallback and by hookwrap's EarlyStopping with
-    the same patience and threshold: the same stop step with small_gains_set_best=True. The
-    eval loss falls by ~0.007 per evaluation: within 0.01, HF moves its best and stops at 3
-    where Lightning's reading (the default) waits for a gain of 0.01 (step 13)."""
+    the same patience and threshold: the same stop step with EarlyStopping's default on the
+    preset (HF's reading). The eval loss falls by ~0.007 per evaluation: within 0.01, HF
+    moves its best and stops at 3 where Lightning's reading (small_gains_set_best=False)
+    waits for a gain of 0.01 (step 13)."""
     from hookwrap.torch import EarlyStopping
 
     def run(*callbacks: Any, hf_callback: Any = None) -> int:
@@ -271,9 +272,9 @@ def test_early_stopping_decides_as_hf_early_stopping_callback(hw, preset, tmp_pa
 
     hf_stop = run(hf_callback=hf.EarlyStoppingCallback(early_stopping_patience=2, early_stopping_threshold=threshold))
     with preset.weave():
-        stopping = EarlyStopping("eval_loss", patience=2, min_delta=threshold, small_gains_set_best=True)
-        assert run(stopping) == hf_stop < 40
-        lightning_reading = run(EarlyStopping("eval_loss", patience=2, min_delta=threshold))
+        stopping = EarlyStopping("eval_loss", patience=2, min_delta=threshold)
+        assert run(stopping) == hf_stop < 40 and stopping.small_gains_set_best
+        lightning_reading = run(EarlyStopping("eval_loss", patience=2, min_delta=threshold, small_gains_set_best=False))
     assert (lightning_reading > hf_stop) == (threshold == 0.01)
 
 
@@ -348,3 +349,86 @@ def test_a_crafted_state_file_runs_no_code_on_resume(hw, preset, tmp_path):
         with pytest.raises(hw.HookError, match=r"hookwrap_callbacks\.pt.*holds more than tensors and plain data"):
             resumed.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-2"))
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("accumulate", [1, 4])
+def test_callbacks_number_steps_in_hf_updates(hw, preset, tmp_path, accumulate):
+    """A step is what HF counts (state.global_step: optimizer updates), with accumulation on
+    and off: Checkpoint's file names, EarlyStopping's and BestCheckpoint's best step (HF's
+    best_global_step), their saved step, and GradNorm's norms (one per update: HF's
+    grad_norm, the accumulated gradients' norm before clipping)."""
+    import os
+
+    from hookwrap.torch import BestCheckpoint, Checkpoint, EarlyStopping, GradNorm, MetricsLogger
+
+    with preset.weave():
+        trainer = tiny_trainer(tmp_path / "hf", steps=8, evaluate_every=2, gradient_accumulation_steps=accumulate,
+                               logging_strategy="steps", logging_steps=1, metric_for_best_model="eval_loss",
+                               save_strategy="steps", save_steps=2)
+        scripted = iter([3.0, 1.0, 2.0, 1.5])  # the best at the 2nd evaluation: update 4
+
+        def evaluated(self, return_value):  # what HF decides on too: the metrics evaluate returns
+            return {**return_value, "eval_loss": next(scripted)}
+
+        hw.after(trainer, "evaluate", evaluated)
+        every = Checkpoint(tmp_path / "ck", every_n_steps=3)
+        early, best = EarlyStopping("eval_loss", patience=100), BestCheckpoint(tmp_path / "best.pt", "eval_loss")
+        log = MetricsLogger(tmp_path / "m.csv", tensorboard=False)
+        grads = GradNorm(logger=log)
+        for cb in (every, early, best, log, grads):
+            hw.add_callback(trainer, cb)
+        trainer.train()
+    state = trainer.state
+    assert state.global_step == 8
+    assert sorted(os.listdir(tmp_path / "ck")) == ["last.pt", "step=3.pt", "step=6.pt"]
+    assert torch.load(tmp_path / "ck" / "step=6.pt", weights_only=True)["step"] == 6
+    assert early.best_step == best.best_step == state.best_global_step == 4 and early.step == best.step == 8
+    assert state.best_model_checkpoint.endswith("checkpoint-4")
+    assert early.state_dict()["step_axis"] == "updates"
+    hf_norms = [(row["step"], row["grad_norm"]) for row in state.log_history if "grad_norm" in row]
+    assert len(hf_norms) == 8 and grads.history == [(step, pytest.approx(norm, rel=1e-5)) for step, norm in hf_norms]
+    # One step axis in the CSV: HF's rows and GradNorm's, all at HF's steps.
+    assert {step for step, _, _ in log.read()} == set(range(1, 9))
+
+
+@pytest.mark.parametrize("accumulate", [1, 4])
+def test_nan_guard_names_the_hf_update(hw, preset, tmp_path, accumulate):
+    from hookwrap.torch import NanGuard, NonFiniteError
+
+    with preset.weave():
+        trainer = tiny_trainer(tmp_path, steps=6, gradient_accumulation_steps=accumulate)
+        calls = []
+
+        def poison(self, return_value):  # the first batch of update 3
+            calls.append(1)
+            return return_value * float("nan") if len(calls) == 2 * accumulate + 1 else return_value
+
+        hw.after(trainer, "loss", poison)
+        hw.add_callback(trainer, NanGuard(sync=True))
+        with pytest.raises(NonFiniteError, match=r"'post-loss' returned nan at step 3\b"):
+            trainer.train()
+
+
+def test_a_resumed_hf_run_numbers_on_from_hf_step(hw, preset, tmp_path):
+    """trainer.train(resume_from_checkpoint=...) from update 4 of 8, accumulating 2: the
+    callbacks restored from the checkpoint count on from HF's global_step, and one attached
+    afresh (no state of its own) numbers its files as HF numbers its updates."""
+    import os
+
+    from hookwrap.torch import Checkpoint, EarlyStopping
+
+    arguments = dict(steps=8, evaluate_every=2, gradient_accumulation_steps=2, save_strategy="steps", save_steps=4)
+    with preset.weave():
+        trainer = tiny_trainer(tmp_path / "run", **arguments)
+        straight = EarlyStopping("eval_loss", patience=100)
+        hw.add_callback(trainer, straight)
+        trainer.train()
+        resumed = tiny_trainer(tmp_path / "run", **arguments)
+        early, every = EarlyStopping("eval_loss", patience=100), Checkpoint(tmp_path / "ck", every_n_steps=3)
+        hw.add_callback(resumed, early)
+        hw.add_callback(resumed, every)
+        with pytest.warns(UserWarning, match="had no saved state and start afresh"):
+            resumed.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-4"))
+    assert resumed.state.global_step == 8
+    assert early.state_dict() == straight.state_dict() and early.step == 8
+    assert sorted(os.listdir(tmp_path / "ck")) == ["last.pt", "step=6.pt"]

@@ -44,8 +44,9 @@ from ..errors import HookError, StopTraining
 
 log = logging.getLogger(__name__)  # under "hookwrap": a preset applied, and removed, at INFO
 
-__all__ = ["ACCUMULATES", "RESUMES", "PresetHandle", "Stage", "accumulates", "current_run", "log_event", "patch",
-           "resume_callbacks", "resume_without_state", "resumes_itself", "routed", "running", "stage",
+__all__ = ["ACCUMULATES", "READING", "RESUMES", "SCALER", "STEP_AXIS", "PresetHandle", "Stage", "accumulates",
+           "counts_updates", "current_run", "decides_as", "log_event", "patch", "resume_callbacks",
+           "resume_without_state", "resumes_itself", "routed", "running", "scales_loss", "stage",
            "stop_while_running", "target_class"]
 
 _NOTHING = object()
@@ -475,6 +476,41 @@ def accumulates(handle: PresetHandle, cls: type, optimizer_step: Stage, how: str
     ``GradAccumulation`` reads it and refuses, naming ``how``."""
     _set(handle, cls, ACCUMULATES, how)
     setattr(optimizer_step.function, ACCUMULATES, how)
+
+
+STEP_AXIS = "__hookwrap_step_axis__"  # hookwrap.torch reads it (steps.STEP_AXIS): every counting callback
+
+
+def counts_updates(handle: PresetHandle, cls: type, update: Stage, opens: tuple[str, ...], counter: Any,
+                   said: str, event: str = "optimizer_step") -> None:
+    """Say what one step is on the framework: one call of the ``update`` join point (an
+    optimizer update, however many batches it accumulates), opened by the first of
+    ``opens`` (the join points that begin a batch); ``counter(owner)`` the framework's
+    own count of updates done, or None; ``said`` names it. On the class and on the
+    update's function (the global tier), where ``hookwrap.torch.steps`` reads it."""
+    axis = (event, opens, counter, said)
+    _set(handle, cls, STEP_AXIS, axis)
+    setattr(update.function, STEP_AXIS, axis)
+
+
+SCALER = "__hookwrap_grad_scaler__"  # hookwrap.torch reads it (grad_scaler.FRAMEWORK_SCALER): GradNorm
+
+
+def scales_loss(handle: PresetHandle, cls: type, scaler_of: Callable[[Any], Any]) -> None:
+    """Say where the framework keeps the ``torch.amp.GradScaler`` it scales the loss
+    with in float16 (``scaler_of(owner)``, None when it scales nothing): a norm of
+    the gradients read before the framework unscales them is divided by its scale."""
+    _set(handle, cls, SCALER, staticmethod(scaler_of))
+
+
+READING = "__hookwrap_reading__"  # hookwrap.torch reads it (_attach.framework_reading): EarlyStopping
+
+
+def decides_as(handle: PresetHandle, cls: type, **reading: Any) -> None:
+    """Say how the framework's own callbacks read a setting the shipped callbacks share
+    (``small_gains_set_best=True``: HF's early stopping), so that their default there
+    decides as the framework does."""
+    _set(handle, cls, READING, dict(reading))
 
 
 RESUMES = "__hookwrap_resumes__"  # hookwrap.torch reads it (_attach.FRAMEWORK_RESUME): Checkpoint

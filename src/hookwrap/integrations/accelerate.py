@@ -48,7 +48,8 @@ from typing import Any, cast
 from .. import CallbackState
 
 from ..errors import HookError, StopTraining
-from ._weaving import PresetHandle, _raw, _set, accumulates, routed, stage, target_class
+from ._weaving import (PresetHandle, _raw, _set, accumulates, counts_updates, routed, scales_loss, stage,
+                       target_class)
 
 __all__ = ["weave"]
 
@@ -111,4 +112,7 @@ def weave(accelerator: Any = None, *, stop: str = "raise") -> PresetHandle:
         stage(handle, cls, "backward", "backward", **options)
         optimizer_step = routed(handle, cls, "optimizer_step", AcceleratedOptimizer, "step", optimizer_owner, **options)
         accumulates(handle, cls, optimizer_step, ACCUMULATION)  # GradAccumulation refuses, naming it
+        # A batch begins with its backward; the optimizer.step() calls accelerate skips count nothing.
+        counts_updates(handle, cls, optimizer_step, ("backward",), None, "optimizer.step() calls accelerate runs")
+        scales_loss(handle, cls, lambda accelerator: accelerator.scaler)  # mixed_precision="fp16"
     return handle

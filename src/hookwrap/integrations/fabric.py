@@ -83,7 +83,8 @@ from typing import Any
 from .. import Callback, add_callback, callback_state, describe, emit, load_callback_state
 from ..errors import HookError, HookwrapWarning, StopTraining
 from ..extend import Defers, Ending, check_plain, stateful_callbacks
-from ._weaving import PresetHandle, _raw, _set, accumulates, routed, stage, target_class
+from ._weaving import (PresetHandle, _raw, _set, accumulates, counts_updates, routed, scales_loss, stage,
+                       target_class)
 
 __all__ = ["CHECKPOINT_KEY", "HOOKS", "should_stop", "weave"]
 
@@ -296,6 +297,9 @@ def weave(fabric: Any = None, *, stop: str = "raise", hooks: tuple[str, ...] = (
         stage(handle, cls, "backward", "hookwrap_backward", **options)
         optimizer_step = routed(handle, cls, "optimizer_step", _FabricOptimizer, "step", optimizer_owner, **options)
         accumulates(handle, cls, optimizer_step, ACCUMULATION)  # GradAccumulation refuses, naming it
+        # A batch begins with its backward (the step event is said at its end); Fabric keeps no count.
+        counts_updates(handle, cls, optimizer_step, ("backward",), None, "optimizer.step() calls Fabric runs")
+        scales_loss(handle, cls, lambda fabric: getattr(fabric._precision, "scaler", None))  # precision="16-mixed"
         stage(handle, cls, "step", "hookwrap_step", **options)
         stage(handle, cls, "loss", "hookwrap_loss", **options)
         stage(handle, cls, "evaluate", "hookwrap_evaluate", **options)

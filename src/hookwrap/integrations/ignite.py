@@ -31,8 +31,8 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from ._weaving import (PresetHandle, _raw, _set, current_run, resumes_itself, routed, stage, stop_while_running,
-                       target_class)
+from ._weaving import (PresetHandle, _raw, _set, current_run, decides_as, resumes_itself, routed, stage,
+                       stop_while_running, target_class)
 
 __all__ = ["weave"]
 
@@ -60,6 +60,8 @@ def weave(engine: Any = None) -> PresetHandle:
     cls = target_class(engine, Engine, where, "an ignite Engine class")
     handle = PresetHandle(f"ignite {cls.__qualname__}")
     resumes_itself(handle, cls, RESUME)  # Checkpoint's resume refuses, naming it
+    # ignite's EarlyStopping(cumulative_delta=False), its default: a gain within the threshold is the best.
+    decides_as(handle, cls, small_gains_set_best=True)
 
     stop = stop_while_running(lambda engine: engine.terminate())
 

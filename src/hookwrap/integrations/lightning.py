@@ -43,8 +43,9 @@ from typing import Any
 from ..extend import check_plain
 from ..errors import HookError
 from .. import callback_state
-from ._weaving import (PresetHandle, accumulates, done, instead, log_event, patch, resume_callbacks, resume_without_state,
-                       resumes_itself, routed, stage, stop_while_running, target_class)
+from ._weaving import (PresetHandle, accumulates, counts_updates, done, instead, log_event, patch, resume_callbacks,
+                       resume_without_state, resumes_itself, routed, scales_loss, stage, stop_while_running,
+                       target_class)
 
 __all__ = ["weave"]
 
@@ -114,12 +115,27 @@ def weave(module: Any = None) -> PresetHandle:
         stage(handle, cls, "backward", "backward", stop=stop)
         optimizer_step = stage(handle, cls, "optimizer_step", "optimizer_step", stop=stop, substitutable=True)
         accumulates(handle, cls, optimizer_step, ACCUMULATION)  # GradAccumulation refuses, naming it
+        counts_updates(handle, cls, optimizer_step, ("step",), _global_step, "trainer.global_step")
+        scales_loss(handle, cls, _scaler)  # precision="16-mixed"
         resumes_itself(handle, cls, RESUME)  # Checkpoint's resume refuses, naming it
         routed(handle, cls, "evaluate", _EvaluationLoop, "run", evaluated, returns=metrics, stop=stop)
         _route_manual_steps(handle, cls, LightningOptimizer, optimizer_step)
         _route_logs(handle, cls, _LoggerConnector, stop)
         _checkpoint_callbacks(handle, cls, _CheckpointConnector)
     return handle
+
+
+def _global_step(module: Any) -> Any:
+    """Lightning's count of optimizer updates done (``trainer.global_step``): the step
+    ``ModelCheckpoint`` names its files with and the loggers log at."""
+    trainer = getattr(module, "_trainer", None)
+    return None if trainer is None else trainer.global_step
+
+
+def _scaler(module: Any) -> Any:
+    """The GradScaler of Lightning's ``16-mixed`` precision (``MixedPrecision.scaler``), or None."""
+    trainer = getattr(module, "_trainer", None)
+    return getattr(getattr(trainer, "precision_plugin", None), "scaler", None)
 
 
 STATE_KEY = "hookwrap_callbacks"

@@ -38,8 +38,9 @@ from typing import Any
 from .. import callback_state
 from ..extend import check_plain
 from ..errors import HookError
-from ._weaving import (PresetHandle, accumulates, current_run, log_event, patch, resume_callbacks, resume_without_state,
-                       resumes_itself, routed, stage, stop_while_running, target_class)
+from ._weaving import (PresetHandle, accumulates, counts_updates, current_run, decides_as, log_event, patch,
+                       resume_callbacks, resume_without_state, resumes_itself, routed, scales_loss, stage,
+                       stop_while_running, target_class)
 
 __all__ = ["weave"]
 
@@ -82,11 +83,20 @@ def weave(trainer: Any = None) -> PresetHandle:
         routed(handle, cls, "backward", Accelerator, "backward", accelerator_owner, stop=stop)
         optimizer_step = routed(handle, cls, "optimizer_step", AcceleratedOptimizer, "step", optimizer_owner, stop=stop)
         accumulates(handle, cls, optimizer_step, ACCUMULATION)  # GradAccumulation refuses, naming it
+        counts_updates(handle, cls, optimizer_step, ("step",), _global_step, "state.global_step")
+        # EarlyStoppingCallback(early_stopping_threshold=...): a gain within it still becomes HF's best.
+        decides_as(handle, cls, small_gains_set_best=True)
+        scales_loss(handle, cls, lambda trainer: getattr(trainer.accelerator, "scaler", None))  # fp16=True
         resumes_itself(handle, cls, RESUME)  # Checkpoint's resume refuses, naming it
         stage(handle, cls, "evaluate", "evaluate", stop=stop)
         _route_logs(handle, cls, stop)
         _checkpoint_callbacks(handle, cls)
     return handle
+
+
+def _global_step(trainer: Any) -> Any:
+    """HF's count of optimizer updates done: the step it logs, saves and evaluates at."""
+    return trainer.state.global_step
 
 
 STATE_FILE = "hookwrap_callbacks.pt"

@@ -51,6 +51,7 @@ from .readback import ReadBack
 from .readback import count_host_reads
 from .spike import SpikeDetection
 from .spike import TrainingSpikeError
+from .steps import counts_updates
 from .throughput import Throughput
 from .throughput import measure_flops
 from .throughput import peak_flops
@@ -88,6 +89,7 @@ __all__ = [
     "all_ranks_mean",
     "any_rank",
     "count_host_reads",
+    "counts_updates",
     "is_distributed",
     "measure_flops",
     "peak_flops",

@@ -23,9 +23,10 @@ from .. import Callback
 from ..errors import CallbackSignatureError, HookError, closest
 from ..extend import Defers, Ending, JoinPointInfo, has_join_point, join_points, per_join_point, process_rank, reader
 from ._around import around_advice
+from .steps import UpdateAxis, update_axis
 
-__all__ = ["COUNT", "FRAMEWORK_RESUME", "FRAMEWORK_STEP", "NUMBER_OR_NONE", "CountingCallback", "DefaultEvent", "LogsInto", "On", "Saved",
-           "ShippedCallback", "Source", "checked_logger", "framework_resume", "framework_step", "from_object", "is_rank_zero",
+__all__ = ["COUNT", "FRAMEWORK_READING", "FRAMEWORK_RESUME", "FRAMEWORK_STEP", "NUMBER_OR_NONE", "CountingCallback", "DefaultEvent", "LogsInto", "On", "Saved",
+           "ShippedCallback", "Source", "checked_logger", "framework_reading", "framework_resume", "framework_step", "from_object", "is_rank_zero",
            "is_reference", "positive_number", "resolve_reference", "saved", "settle_logger", "to_float",
            "whole_number"]
 
@@ -255,26 +256,107 @@ class ShippedCallback(Callback):
 
 
 class CountingCallback(ShippedCallback):
-    """A shipped callback that counts the steps of ``step_event`` (to say at which step
-    something happened) and has state to resume (``state_dict``)."""
+    """A shipped callback that counts steps (to say at which step something happened)
+    and has state to resume (``state_dict``). A step is a call of ``step_event``; on a
+    loop that counts optimizer updates (a framework's preset, or
+    ``hookwrap.torch.counts_updates``) a default ``step_event`` is one update instead
+    (``hookwrap.torch.steps``), and ``step`` is the framework's step number."""
+
+    # Does a default step_event follow a loop's update axis? A callback that reads each
+    # batch at its step event (Throughput's samples) stays on the calls of step.
+    follows_updates: ClassVar[bool] = True
 
     def __init__(self, step_event: str | None) -> None:
         self.step_event = step_event
+        self._step_setting = step_event  # as given: resolved against each target attached to
         self.step = 0  # steps started (the current step, while one runs)
+        self._axis: UpdateAxis | None = None  # the update axis counted on, once attached
+        self._update_open = False  # an update is in progress (between its first batch and its end)
+        self._resolved = False  # attached once: the axis is known
+        self._uncounted_on: str | None = None  # attached where no step event counts: said at the first row
+        self._saved_axis: str | None = None  # the axis of a state loaded before attaching, to check
 
     def event_methods(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
+        setting = self._step_setting
+        follows = isinstance(setting, DefaultEvent) and self.follows_updates
+        self._axis = axis = update_axis(target) if follows else None
+        self.step_event = setting if axis is None else DefaultEvent(axis.update)
+        self._resolved = True
+        if self._saved_axis is not None:
+            self._check_axis(self._saved_axis, HookError)
         pairs = self.attached(target)  # its own settings checked first
-        pairs[:0] = self.registrations(target, _COUNTS_STEPS)
+        if axis is None:
+            counting = self.registrations(target, _COUNTS_STEPS)
+            self._uncounted_on = None if counting else (
+                getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or "the global tier")
+            pairs[:0] = counting
+        else:  # counters first: every other handler of the call sees the update's number
+            opens = [(f"pre-{event}", reader(self._open_update, "pre-"))
+                     for event in dict.fromkeys((*axis.opens, axis.update)) if has_join_point(target, event)]
+            pairs[:0] = [*opens, (f"post-{axis.update}", reader(self._close_update, "post-"))]
         return pairs
+
+    def row_step(self) -> int:
+        """The step a row this callback logs now is numbered with: ``step``, said once
+        when no step event counts it (every row would be step 0)."""
+        if self._uncounted_on is not None and self.step == 0:
+            import warnings
+
+            from ..errors import HookwrapWarning
+
+            where, self._uncounted_on = self._uncounted_on, None
+            warnings.warn(
+                f"{self.where}: {where} has no join point {self._step_setting!r}, so nothing counts steps and "
+                f"every row this callback logs is numbered step 0. Pass step_event= the join point called once "
+                f"a step (or, on a loop that accumulates gradients, declare its update: "
+                f"hookwrap.torch.counts_updates(cls, 'optimizer_step')).", HookwrapWarning, stacklevel=3)
+        return self.step
+
+    def _open_update(self, obj: Any) -> None:
+        """The first batch of an update (or the update itself) begins: its step starts."""
+        if self._update_open:
+            return
+        self._update_open = True
+        axis = self._axis
+        if axis is not None and axis.counter is not None:
+            done = axis.counter(obj)  # the framework's own count: a resumed run numbers on from it
+            if isinstance(done, int) and not isinstance(done, bool) and done >= 0:
+                self.step = done
+        self._count_step(obj)
+
+    def _close_update(self, obj: Any) -> None:
+        self._update_open = False
 
     def _count_step(self, obj: Any) -> None:
         self.step += 1
 
     def state_dict(self) -> dict[str, Any]:
+        if self._axis is not None:  # a state counted in updates says so: a loop counting calls refuses it
+            return {"step": self.step, "step_axis": "updates"}
         return {"step": self.step}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.step = saved(state, "step", COUNT, self.where)
+        step = saved(state, "step", COUNT, self.where)
+        axis = state.get("step_axis", "calls")  # states saved before step_axis existed counted calls
+        if axis not in ("updates", "calls"):
+            raise TypeError(f"{self.where}: the saved 'step_axis' must be 'updates' or absent, got {axis!r}")
+        if self._resolved:
+            self._check_axis(axis, TypeError)
+        else:  # checked when attached, where the axis is known
+            self._saved_axis = axis
+        self.step, self._update_open = step, False
+
+    def _check_axis(self, axis: str, error: type[Exception]) -> None:
+        """Refuse a state counted on another axis than this callback counts on: its step
+        numbers (every_n_steps, best steps, file names) would name other steps."""
+        self._saved_axis = None
+        ours = "calls" if self._axis is None else "updates"
+        if axis != ours:
+            said = {"updates": "optimizer updates", "calls": f"calls of {self._step_setting!r} (batches)"}
+            raise error(
+                f"{self.where}: the saved state counts its steps in {said[axis]}, and this callback, attached "
+                f"here, counts {said[ours]}: its step numbers would name other steps. Resume it on the loop "
+                f"it was saved on, or start it afresh.")
 
 
 _COUNTS_STEPS = (On("pre", "step_event", "_count_step"),)
@@ -499,6 +581,21 @@ def framework_resume(target: Any) -> str | None:
         return None
     found = getattr(target if isinstance(target, type) else type(target), FRAMEWORK_RESUME, None)
     return found if isinstance(found, str) else None
+
+
+# What a preset sets on the framework's class it weaves when the framework's own callbacks
+# read a setting the shipped ones share otherwise than their default does
+# (hookwrap.integrations._weaving.decides_as writes the same name): a dict of settings.
+FRAMEWORK_READING = "__hookwrap_reading__"
+
+
+def framework_reading(target: Any, setting: str, default: Any) -> Any:
+    """How the framework ``target`` (a class, one of its objects; ``None``, the global
+    tier: ``default``) reads ``setting``, where its preset says; else ``default``."""
+    if target is None:
+        return default
+    reading = getattr(target if isinstance(target, type) else type(target), FRAMEWORK_READING, None)
+    return reading.get(setting, default) if isinstance(reading, dict) else default
 
 
 # What a preset sets on the framework's class it weaves and on its optimizer_step join

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import HookError, StopTraining
-from ._attach import COUNT, DefaultEvent, saved, whole_number
+from ._attach import COUNT, DefaultEvent, framework_reading, saved, whole_number
 from ._best import MonitoredCallback
 
 __all__ = ["EarlyStopping"]
@@ -25,7 +25,9 @@ class EarlyStopping(MonitoredCallback):
     ``min_delta`` of the best is no improvement, and the best stays. HF's
     ``EarlyStoppingCallback(early_stopping_threshold=...)`` reads it otherwise: such a
     value still becomes the best (``state.best_metric``), so slow steady gains stop a
-    run sooner. ``small_gains_set_best=True`` decides as HF does.
+    run sooner. ``small_gains_set_best=True`` decides as HF does; by default (``None``)
+    it is what the framework attached to does: True on the transformers preset, False
+    elsewhere.
 
     The loop
     ends the run by catching the exception:
@@ -40,11 +42,13 @@ class EarlyStopping(MonitoredCallback):
 
     def __init__(self, monitor: str = "val_loss", mode: str = "min", patience: int = 3,
                  min_delta: float = 0.0, event: str = "evaluate",
-                 step_event: str | None = DefaultEvent("step"), small_gains_set_best: bool = False) -> None:
+                 step_event: str | None = DefaultEvent("step"), small_gains_set_best: bool | None = None) -> None:
         self.patience = whole_number(patience, "patience", "EarlyStopping")
-        if not isinstance(small_gains_set_best, bool):
-            raise HookError(f"EarlyStopping: small_gains_set_best must be True or False, got {small_gains_set_best!r}.")
-        self.small_gains_set_best = small_gains_set_best
+        if small_gains_set_best is not None and not isinstance(small_gains_set_best, bool):
+            raise HookError(f"EarlyStopping: small_gains_set_best must be True, False, or None (as the framework "
+                            f"attached to decides), got {small_gains_set_best!r}.")
+        self._small_gains_setting = small_gains_set_best
+        self.small_gains_set_best = bool(small_gains_set_best)  # resolved when attached
         self.wait = 0  # calls since the last improvement
         super().__init__(monitor, mode, min_delta, event, step_event)
 
@@ -55,6 +59,12 @@ class EarlyStopping(MonitoredCallback):
     @property
     def state_key(self) -> str:
         return f"EarlyStopping[monitor={self.monitor},mode={self.best.mode}]"
+
+    def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
+        setting = self._small_gains_setting
+        self.small_gains_set_best = framework_reading(target, "small_gains_set_best", False) \
+            if setting is None else setting
+        return super().attach(target)
 
     def improved(self, obj: Any, value: float) -> None:
         self.wait = 0

@@ -43,13 +43,36 @@ def scale_of_gradients(obj: Any) -> Any:
     GradClip, or by ``scaler.step``). ``GradNorm`` divides its norm by it, so it
     reports the true norm without unscaling early (``unscale_`` may run once per
     optimizer step, and with accumulation the next ``backward`` adds scaled
-    gradients). Nothing to do (one set lookup) without one."""
-    if not _DUE:
+    gradients). Nothing to do (one set lookup) without one.
+
+    On a framework that scales the loss itself (HF ``fp16=True``, Lightning
+    ``16-mixed``, Fabric, accelerate ``mixed_precision="fp16"``), its preset says
+    where its ``torch.amp.GradScaler`` is (``FRAMEWORK_SCALER``): its scale, until it
+    unscales the gradients itself before clipping or stepping."""
+    if _DUE:
+        for scaler in list(_DUE):
+            if scaler._scaled_on == id(obj):
+                return scaler.scaler._scale  # what scaler.scale(loss) multiplied by: set from then on
+    find = getattr(type(obj), FRAMEWORK_SCALER, None) if obj is not None else None
+    return None if find is None else _scale_before_unscaling(find(obj))
+
+
+# What a preset sets on the framework's class it weaves when the framework scales the
+# loss with a torch.amp.GradScaler (hookwrap.integrations._weaving.scales_loss writes the
+# same name): a function of the hooked object giving that scaler, or None.
+FRAMEWORK_SCALER = "__hookwrap_grad_scaler__"
+
+
+def _scale_before_unscaling(scaler: Any) -> Any:
+    """``scaler``'s scale tensor while the gradients it scaled are still scaled: None
+    when there is no scaler, it is disabled, has scaled nothing yet, or has unscaled
+    an optimizer's gradients since its last step (``unscale_`` before clipping)."""
+    if scaler is None or not getattr(scaler, "_enabled", False) or getattr(scaler, "_scale", None) is None:
         return None
-    for scaler in list(_DUE):
-        if scaler._scaled_on == id(obj):
-            return scaler.scaler._scale  # what scaler.scale(loss) multiplied by: set from then on
-    return None
+    states = getattr(scaler, "_per_optimizer_states", {})
+    if any(state.get("stage") is not None and state["stage"].name == "UNSCALED" for state in states.values()):
+        return None
+    return scaler._scale
 
 
 class GradScaler(ShippedCallback):

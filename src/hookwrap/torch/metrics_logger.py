@@ -249,6 +249,8 @@ class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
             raise HookError("MetricsLogger: nothing to log to. Pass path= (a CSV file) and/or loggers=[...] "
                             "(objects with log_metrics(metrics, step), such as Lightning's loggers).")
         self.losses = 0
+        self._update_loss: Any = None  # on a loop counting updates: the sum of this update's batch losses
+        self._update_batches = self._update_step = 0
         self._refused: set[str] = set()  # names of values left out (not one number), each said once
         self._training_rows = 0  # framework rows of training (not evaluation) values
         self._reads_rows = self._warned = False
@@ -311,7 +313,7 @@ class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
             return
         if not self._loggable(name, value, step):
             return
-        row: list[Any] = [self.step if step is None else step, name, None, self._group]
+        row: list[Any] = [self.row_step() if step is None else step, name, None, self._group]
         if hasattr(value, "detach") and value.numel() == 1:
             shared().put(value, functools.partial(_fill, row))
         else:
@@ -341,9 +343,36 @@ class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
             return
         if self._framework_logs(obj, "loss"):
             return
+        if self._axis is not None and _is_scalar(value):
+            self._add_to_update(value)
+            return
         self.losses += 1
         if self.losses % self.every == 0:
             self.log("loss", value)
+
+    def _add_to_update(self, value: Any) -> None:
+        """A batch's loss on a loop that counts updates: the update's loss is the mean
+        of its batches' (what HF logs under accumulation), one row at its step."""
+        value = value.detach() if hasattr(value, "detach") else value  # summed on the device: no read
+        self._update_loss = value if self._update_loss is None else self._update_loss + value
+        self._update_batches += 1
+        self._update_step = self.step
+
+    def _log_update(self) -> None:
+        """The loss of the update whose batches were added, as one row (when the next
+        update opens, or at a boundary: a framework may say a batch's loss after its
+        update, as Fabric's step event does)."""
+        if not self._update_batches:
+            return
+        total, batches = self._update_loss, self._update_batches
+        self._update_loss, self._update_batches = None, 0
+        self.losses += 1
+        if self.losses % self.every == 0:
+            self.log("loss", total / batches, self._update_step)
+
+    def _count_step(self, obj: Any) -> None:
+        self._log_update()  # the update before this one is complete
+        super()._count_step(obj)
 
     def _framework_logs(self, obj: Any, what: str) -> bool:
         """On the global tier: does ``obj``'s class log its own rows (a ``log`` join
@@ -360,6 +389,7 @@ class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
     def record_metrics(self, obj: Any, value: Any) -> None:
         if self._framework_logs(obj, "metrics"):
             return
+        self._log_update()  # an evaluation comes after the batches of the update it follows
         metrics = value if isinstance(value, Mapping) else {"metric": value}
         # An evaluation's values go in a log_metrics call of their own, as the frameworks
         # log them, even when they share a step (and a batch) with the training values.
@@ -413,6 +443,7 @@ class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
                       HookwrapWarning, stacklevel=3)
 
     def end_of_epoch(self, obj: Any = None) -> None:
+        self._log_update()
         shared().read()  # what is queued (CUDA: the copies done by now)
         self.flush()
 
@@ -432,6 +463,7 @@ class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
         run, the loggers finalized (``"failed"`` when an error is leaving it)."""
         if not is_rank_zero():
             return
+        self._log_update()
         failure = ending.exception if ending.failed else None
         if ending.run_ended and self._reads_rows and self.step and not self._training_rows and not self._warned:
             self._warned = True
@@ -621,3 +653,14 @@ def _check_loggers(loggers: Any) -> list[Any]:
 
 def _fill(row: list[Any], values: list[float]) -> None:
     row[2] = values[0]
+
+
+def _is_scalar(value: Any) -> bool:
+    """A Python number, or a tensor of one element: a loss that sums."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, (int, float)):
+        return True
+    numel = getattr(value, "numel", None)
+    return callable(numel) and numel() == 1
+

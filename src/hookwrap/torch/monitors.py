@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Callable
 
+from ..extend import reader
 from ._attach import CountingCallback, DefaultEvent, LogsInto, On, checked_logger, whole_number
 from .grad_scaler import scale_of_gradients
 from .readback import QueuesReadBacks, shared
@@ -40,25 +41,53 @@ class GradNorm(LogsInto, QueuesReadBacks, CountingCallback):
         self.logger = checked_logger(logger, "GradNorm")
         self._history: list[tuple[int, float]] = []
         self._queued = 0  # norms not yet read back
+        self._window: Any = None  # on an update axis: the norm after the update's latest backward
         self.calls = 0
 
     listens = (On("post", "event", "measure", value="model", always=True),)
 
+    def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
+        pairs = self.registrations(target, self.listens)
+        if self._axis is not None and self.event != self._axis.update:
+            # One norm per update, as the framework logs it: that of the gradients its
+            # batches accumulated, measured after the last backward (before any clipping).
+            pairs.append((f"post-{self._axis.update}", reader(self._update_done, "post-")))
+        return pairs
+
     def measure(self, obj: Any, model: Any) -> None:
+        if self._axis is not None and self.event != self._axis.update:
+            self._window = self._norm(obj, model)  # the last batch's is the update's
+            return
         self.calls += 1
         if self.calls % self.every:
             return
+        self._put(self._norm(obj, model))
+
+    def _update_done(self, obj: Any) -> None:
+        norm, self._window = self._window, None
+        if norm is None:
+            return
+        self.calls += 1
+        if self.calls % self.every == 0:
+            self._put(norm)
+
+    def _norm(self, obj: Any, model: Any) -> Any:
         grads = [p.grad for p in model.parameters() if p.grad is not None]
         if not grads:
-            return
+            return None
         norm = total_norm(grads, self.norm_type).detach()
         scale = scale_of_gradients(obj)
         if scale is not None:  # a GradScaler's gradients, not unscaled yet: the true norm, on the device
             norm = norm / scale.to(norm.device)
+        return norm
+
+    def _put(self, norm: Any) -> None:
+        if norm is None:
+            return
         self._queued += 1
         shared().put(norm, functools.partial(self._read, self.step))
         if self.logger is not None:
-            self.logger.log("grad_norm", norm, self.step)
+            self.logger.log("grad_norm", norm, self.row_step())
 
     def _read(self, step: int, values: list[float]) -> None:
         self._queued -= 1
@@ -122,7 +151,7 @@ class LRMonitor(LogsInto, CountingCallback):
             self.history.append((self.step, lrs))
         if self.logger is not None:
             for i, lr in enumerate(lrs):
-                self.logger.log("lr" if len(lrs) == 1 else f"lr/{i}", lr, self.step)
+                self.logger.log("lr" if len(lrs) == 1 else f"lr/{i}", lr, self.row_step())
 
     @property
     def last(self) -> list[float] | None:

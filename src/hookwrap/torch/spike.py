@@ -27,7 +27,8 @@ ACTIONS = ("raise", "stop", "log")
 class TrainingSpikeError(RuntimeError):
     """The loss spiked (``SpikeDetection(action="raise")``, as Lightning's
     ``TrainingSpikeException``): ``step`` is the step of the spike, ``bad_steps``
-    that step and the one before it."""
+    what it added to ``bad_batches``: that step and the one before it (on a
+    framework's preset, that batch and the one before it)."""
 
     def __init__(self, message: str, step: int, bad_steps: list[int]) -> None:
         super().__init__(message)
@@ -58,7 +59,9 @@ class SpikeDetection(DecidesAtReadBacks, CountingCallback):
     as for early stopping), or ``"log"`` (a WARNING record under ``hookwrap``, and
     the run goes on). Each spike's step and the one before it are added to
     ``bad_batches`` (steps, 1-based, as counted on ``step_event``; the losses checked
-    where the target has no step event), and written as a JSON list to
+    where the target has no step event; on a framework's preset, where a step is an
+    update of several batches, the batch indices as the framework's ``batch_idx``
+    numbers them, 0-based over the run, as Lightning's own writes them), and written as a JSON list to
     ``exclude_batches_path`` when given (a file, or a folder to hold
     ``skip_batches.json``; rank 0), to skip them on a resume; Lightning writes it
     to the working directory by default, this only where asked. ``spikes`` lists
@@ -124,7 +127,8 @@ class SpikeDetection(DecidesAtReadBacks, CountingCallback):
         self._queued = 0  # losses checked
         self._next = 1  # the number of the next loss to decide
         self._arrived: dict[int, tuple[int, float]] = {}  # number -> (step, value)
-        self._found: tuple[int, float, float] | None = None  # a spike decided, not yet acted on
+        # A spike decided, not yet acted on: (step, loss, running mean, the bad_batches it added).
+        self._found: tuple[int, float, float, tuple[int, int]] | None = None
         self._run_over = False  # settling at the run's end: action="stop" has nothing left to stop
 
     @property
@@ -203,13 +207,16 @@ class SpikeDetection(DecidesAtReadBacks, CountingCallback):
         index, self.seen = self.seen, self.seen + 1
         running = self.running_mean()
         if index >= self.warmup and self._is_spike(value, running):
-            self.bad_batches.extend([step - 1, step])
+            # On a framework the batches to skip are its batch_idx (0-based, as Lightning's
+            # SpikeDetection writes them): a step there is an update of several batches.
+            bad = (index - 1, index) if self._axis is not None else (step - 1, step)
+            self.bad_batches.extend(bad)
             self.spikes.append((step, value, running))
             if self.action == "log":
                 self._write_bad_batches()
-                log.warning("%s", self._message(step, value, running) + " Going on (action='log').")
+                log.warning("%s", self._message(step, value, running, bad) + " Going on (action='log').")
             else:
-                self._found = (step, value, running)
+                self._found = (step, value, running, bad)
         elif self.finite_only or math.isfinite(value):
             self._window.append((0.0, 0.0) if math.isnan(value) else (value, 1.0))  # torchmetrics drops NaN
             self.last_value = value
@@ -228,12 +235,13 @@ class SpikeDetection(DecidesAtReadBacks, CountingCallback):
         off = abs(value - running)
         return (self.atol is None or off >= abs(self.atol)) and (self.rtol is None or off >= abs(self.rtol * running))
 
-    def _message(self, step: int, value: float, running: float) -> str:
+    def _message(self, step: int, value: float, running: float, bad: tuple[int, int]) -> str:
         tests = " and ".join(f"{name}={tol}" for name, tol in (("atol", self.atol), ("rtol", self.rtol))
                              if tol is not None) or "no tolerance"
+        said = "steps" if self._axis is None else "batches (batch_idx, 0-based)"
         return (f"SpikeDetection: the loss spiked at step {step}: {value:.6g} against a running mean of "
                 f"{running:.6g} over the last {len(self._window)} losses ({tests}, mode={self.mode!r}); "
-                f"steps {step - 1} and {step} are in bad_batches.")
+                f"{said} {bad[0]} and {bad[1]} are in bad_batches.")
 
     def _read_back(self, wait: bool) -> None:
         """A read-back point: read the queued losses, decide them in order, and act on
@@ -254,14 +262,14 @@ class SpikeDetection(DecidesAtReadBacks, CountingCallback):
                 self._act(f"SpikeDetection: the loss spiked on {on} (not on this one).", None)
             if ranks:
                 assert found is not None
-                self._act(self._message(*found), found[0])
+                self._act(self._message(*found), found[0], found[3])
         elif found is not None:
-            self._act(self._message(*found), found[0])
+            self._act(self._message(*found), found[0], found[3])
 
     def _pending(self) -> int:
         return self._queued - self._next + 1
 
-    def _act(self, message: str, step: int | None) -> None:
+    def _act(self, message: str, step: int | None, bad: tuple[int, int] | None = None) -> None:
         self._write_bad_batches()
         if self._run_over:
             log.warning("%s Found as the run ended: nothing left to stop.", message)
@@ -269,8 +277,7 @@ class SpikeDetection(DecidesAtReadBacks, CountingCallback):
         log.info("%s Stopping the run (action=%r).", message, self.action)
         if self.action == "stop":
             raise StopTraining(message)
-        bad = [step - 1, step] if step is not None else []
-        raise TrainingSpikeError(message, step if step is not None else self.step, bad)
+        raise TrainingSpikeError(message, step if step is not None else self.step, list(bad or ()))
 
     def _write_bad_batches(self) -> None:
         if self.exclude_batches_path is None or not is_rank_zero():

@@ -127,6 +127,8 @@ class Throughput(Defers, QueuesReadBacks, CountingCallback):
 
     # -- events ------------------------------------------------------------------
 
+    follows_updates = False  # it reads each batch at its step event: a window of batches, on any loop
+
     def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
         pairs = self.registrations(target, _COUNTS if self.batch is None else _COUNTS_BATCHES)
         self.run_event = self.fit_event if self.wants(target, self.fit_event) else None
