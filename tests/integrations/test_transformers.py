@@ -274,6 +274,8 @@ def test_early_stopping_decides_as_hf_early_stopping_callback(hw, preset, tmp_pa
     with preset.weave():
         stopping = EarlyStopping("eval_loss", patience=2, min_delta=threshold)
         assert run(stopping) == hf_stop < 40 and stopping.small_gains_set_best
+        with EarlyStopping("eval_loss", patience=2, min_delta=threshold):  # the global tier: HF's reading too
+            assert run() == hf_stop
         lightning_reading = run(EarlyStopping("eval_loss", patience=2, min_delta=threshold, small_gains_set_best=False))
     assert (lightning_reading > hf_stop) == (threshold == 0.01)
 

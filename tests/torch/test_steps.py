@@ -5,12 +5,24 @@ is refused. The frameworks' presets declare the same (tests/integrations)."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="hookwrap.torch needs torch (the torch extra)")
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # torch's NumPy notice
 
 ACCUMULATE = 4
+
+
+@pytest.fixture(autouse=True)
+def _declared_loops_gone():
+    """The loops a test declares are collected when it ends: the global tier of a later
+    test finds no update axis of theirs."""
+    import gc
+
+    yield
+    gc.collect()
 
 
 def accumulating_loop(hw, losses=(), scores=(), counter=False):
@@ -180,3 +192,109 @@ def test_a_signal_mid_update_saves_at_the_update_boundary_and_resumes_to_the_sam
     # Saved after the next call of step (the signal came after Checkpoint's own after-step): mid-update.
     assert torch.load(tmp_path / "calls" / "signal.pt", weights_only=True)["step"] == 11
     assert not torch.equal(signalled_run(hw, ht, tmp_path / "calls", declared=False, start=True), straight)
+
+
+def test_a_callback_that_would_number_every_row_0_says_so_once(hw, ht, tmp_path):
+    """A loop with a loss but no step event: nothing counts steps, so every row would be
+    step 0. MetricsLogger says so at its first row, naming the setting, once."""
+
+    class NoSteps(hw.Hookable):
+        @hw.hookable
+        def fit(self) -> None:
+            for value in (3.0, 2.0, 1.0):
+                self.loss(value)
+
+        @hw.hookable
+        def loss(self, value: float) -> float:
+            return value
+
+    loop = NoSteps()
+    log = ht.MetricsLogger(tmp_path / "m.csv", tensorboard=False)
+    loop.add_callback(log)
+    with pytest.warns(hw.HookwrapWarning, match=r"NoSteps has no join point 'step'.*step 0.*step_event=") as said:
+        loop.fit()
+    assert len([w for w in said if "step 0" in str(w.message)]) == 1
+    assert [(step, value) for step, _, value in log.read()] == [(0, 3.0), (0, 2.0), (0, 1.0)]  # logged all the same
+    counted = ht.MetricsLogger(tmp_path / "n.csv", tensorboard=False, step_event="fit")  # a step named: no word
+    loop2 = NoSteps()
+    loop2.add_callback(counted)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loop2.fit()
+    assert {step for step, _, _ in counted.read()} == {1}
+
+
+def test_an_update_a_raising_run_left_open_ends_with_it(hw, ht):
+    """Batch 3 (update 2 of 2-batch updates... here 4) raises: the next fit starts its
+    first update afresh, numbered on from the last one started."""
+    Loop = accumulating_loop(hw)
+    ht.counts_updates(Loop, "optimizer_step", opens="step")
+    loop = Loop()
+    early = ht.EarlyStopping("val_loss")
+    loop.add_callback(early)
+    calls = []
+
+    def fail_once(self):
+        calls.append(1)
+        if len(calls) == ACCUMULATE + 2:  # in update 2
+            raise RuntimeError("a batch failed")
+
+    hw.before(loop, "step", fail_once)
+    with pytest.raises(RuntimeError, match="a batch failed"):
+        loop.fit(4 * ACCUMULATE)
+    assert early.step == 2
+    loop.fit(2 * ACCUMULATE)  # two updates more: 3 and 4
+    assert early.step == 4
+
+
+def test_the_global_tier_counts_each_loop_on_its_own_axis(hw, ht):
+    """A global callback reaches a loop that counts updates and one that counts its
+    calls of step: each is numbered as its class says."""
+    Declared = accumulating_loop(hw)
+    ht.counts_updates(Declared, "optimizer_step", opens="step")
+    Plain = accumulating_loop(hw)
+    early = ht.EarlyStopping("val_loss")
+    with early:
+        Declared().fit(2 * ACCUMULATE)
+        assert early.step == 2
+        Plain().fit(3)  # 3 calls of step
+        assert early.step == 5
+
+
+def test_one_callback_counts_one_axis(hw, ht):
+    Declared = accumulating_loop(hw)
+    ht.counts_updates(Declared, "optimizer_step", opens="step")
+    early = ht.EarlyStopping("val_loss")
+    Declared().add_callback(early)
+    with pytest.raises(hw.HookError, match="one callback numbers one axis"):
+        accumulating_loop(hw)().add_callback(early)
+
+
+def test_a_callback_on_a_loop_with_a_counter_function_pickles(hw, ht, tmp_path):
+    import pickle
+
+    Loop = accumulating_loop(hw, scores=[1.0])
+    ht.counts_updates(Loop, "optimizer_step", opens="step", counter=lambda loop: loop.updates)
+    loop = Loop()
+    early = ht.EarlyStopping("val_loss")
+    loop.add_callback(early)
+    loop.fit(2 * ACCUMULATE)
+    copy = pickle.loads(pickle.dumps(early))
+    assert copy.state_dict() == early.state_dict() == {"step": 2, "step_axis": "updates", "best": None,
+                                                       "best_step": 0, "wait": 0}
+
+
+def test_a_state_counted_in_batches_loads_where_the_loop_keeps_the_count(hw, ht):
+    """Saved by an earlier hookwrap, which counted batches on a framework: where the
+    framework keeps the count of updates (counter=), it is loaded with a warning, and
+    the step follows the framework's count from the next update."""
+    Loop = accumulating_loop(hw)
+    ht.counts_updates(Loop, "optimizer_step", opens="step", counter=lambda loop: loop.updates)
+    loop = Loop()
+    loop.updates = 3  # resumed at update 3
+    early = ht.EarlyStopping("val_loss")
+    loop.add_callback(early)
+    with pytest.warns(hw.HookwrapWarning, match="counts its steps in calls of 'step'.*earlier hookwrap"):
+        early.load_state_dict({"step": 12, "best": 1.0, "best_step": 8, "wait": 1})
+    loop.fit(ACCUMULATE)
+    assert early.step == 4 and early.best_step == 8 and early.wait == 1

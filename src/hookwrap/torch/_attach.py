@@ -23,7 +23,7 @@ from .. import Callback
 from ..errors import CallbackSignatureError, HookError, closest
 from ..extend import Defers, Ending, JoinPointInfo, has_join_point, join_points, per_join_point, process_rank, reader
 from ._around import around_advice
-from .steps import UpdateAxis, update_axis
+from .steps import UpdateAxis, axis_of, update_axes
 
 __all__ = ["COUNT", "FRAMEWORK_READING", "FRAMEWORK_RESUME", "FRAMEWORK_STEP", "NUMBER_OR_NONE", "CountingCallback", "DefaultEvent", "LogsInto", "On", "Saved",
            "ShippedCallback", "Source", "checked_logger", "framework_reading", "framework_resume", "framework_step", "from_object", "is_rank_zero",
@@ -273,13 +273,22 @@ class CountingCallback(ShippedCallback):
         self._axis: UpdateAxis | None = None  # the update axis counted on, once attached
         self._update_open = False  # an update is in progress (between its first batch and its end)
         self._resolved = False  # attached once: the axis is known
+        self._per_class = False  # the global tier: each object's class says its axis
         self._uncounted_on: str | None = None  # attached where no step event counts: said at the first row
         self._saved_axis: str | None = None  # the axis of a state loaded before attaching, to check
 
     def event_methods(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
         setting = self._step_setting
         follows = isinstance(setting, DefaultEvent) and self.follows_updates
-        self._axis = axis = update_axis(target) if follows else None
+        axes = update_axes(target) if follows else []
+        axis = axes[0] if axes else None
+        if self._resolved and (axis is None) != (self._axis is None):
+            raise HookError(
+                f"{self.where}: attached already where a step is {'a call of step' if axis else 'an update'}, and "
+                f"{getattr(target, '__qualname__', None) or 'the global tier'} counts "
+                f"{'updates' if axis else 'calls of step'}: one callback numbers one axis. Attach one of its "
+                f"own to each.")
+        self._axis, self._per_class = axis, target is None and axis is not None
         self.step_event = setting if axis is None else DefaultEvent(axis.update)
         self._resolved = True
         if self._saved_axis is not None:
@@ -290,10 +299,20 @@ class CountingCallback(ShippedCallback):
             self._uncounted_on = None if counting else (
                 getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or "the global tier")
             pairs[:0] = counting
-        else:  # counters first: every other handler of the call sees the update's number
-            opens = [(f"pre-{event}", reader(self._open_update, "pre-"))
-                     for event in dict.fromkeys((*axis.opens, axis.update)) if has_join_point(target, event)]
-            pairs[:0] = [*opens, (f"post-{axis.update}", reader(self._close_update, "post-"))]
+            return pairs
+        # Counters first: every other handler of the call sees the update's number.
+        events = dict.fromkeys(event for found in axes for event in (*found.opens, found.update))
+        counting = [(f"pre-{event}", reader(self._open_update, "pre-")) for event in events
+                    if has_join_point(target, event)]
+        counting += [(f"post-{event}", reader(self._close_update, "post-"))
+                     for event in dict.fromkeys(found.update for found in axes)]
+        if self._per_class and isinstance(setting, str) and has_join_point(None, setting):
+            # The global tier reaches loops of every kind: those whose class counts no
+            # updates count their calls of step, as without a preset.
+            counting.append((f"pre-{setting}", reader(self._count_call, "pre-")))
+        if has_join_point(target, "fit"):  # a run that raised mid-update left it open
+            counting.append(("pre-fit", reader(self._start_run, "pre-")))
+        pairs[:0] = counting
         return pairs
 
     def row_step(self) -> int:
@@ -316,9 +335,11 @@ class CountingCallback(ShippedCallback):
         """The first batch of an update (or the update itself) begins: its step starts."""
         if self._update_open:
             return
+        axis = axis_of(obj) if self._per_class else self._axis
+        if axis is None:  # the global tier, on a loop whose class counts calls (_count_call)
+            return
         self._update_open = True
-        axis = self._axis
-        if axis is not None and axis.counter is not None:
+        if axis.counter is not None:
             done = axis.counter(obj)  # the framework's own count: a resumed run numbers on from it
             if isinstance(done, int) and not isinstance(done, bool) and done >= 0:
                 self.step = done
@@ -326,6 +347,13 @@ class CountingCallback(ShippedCallback):
 
     def _close_update(self, obj: Any) -> None:
         self._update_open = False
+
+    def _count_call(self, obj: Any) -> None:
+        if axis_of(obj) is None:
+            self._count_step(obj)
+
+    def _start_run(self, obj: Any) -> None:
+        self._update_open = False  # an update a raising run left open ended with it
 
     def _count_step(self, obj: Any) -> None:
         self.step += 1
@@ -344,13 +372,26 @@ class CountingCallback(ShippedCallback):
             self._check_axis(axis, TypeError)
         else:  # checked when attached, where the axis is known
             self._saved_axis = axis
-        self.step, self._update_open = step, False
+        self.step = step
 
     def _check_axis(self, axis: str, error: type[Exception]) -> None:
         """Refuse a state counted on another axis than this callback counts on: its step
         numbers (every_n_steps, best steps, file names) would name other steps."""
         self._saved_axis = None
         ours = "calls" if self._axis is None else "updates"
+        if axis == "calls" and ours == "updates" and self._axis is not None and self._axis.counter is not None:
+            import warnings
+
+            from ..errors import HookwrapWarning
+
+            # Saved by a hookwrap that counted batches on a framework: the step follows the
+            # framework's own counter from its next update; the steps it recorded stay as saved.
+            warnings.warn(
+                f"{self.where}: the saved state counts its steps in calls of {self._step_setting!r} (batches: "
+                f"saved by an earlier hookwrap); loaded, and from the next update its step is the framework's "
+                f"({self._axis.said}). Steps it recorded before (a best step, file names) stay in batches.",
+                HookwrapWarning, stacklevel=4)
+            return
         if axis != ours:
             said = {"updates": "optimizer updates", "calls": f"calls of {self._step_setting!r} (batches)"}
             raise error(

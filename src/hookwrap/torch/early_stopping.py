@@ -49,6 +49,7 @@ class EarlyStopping(MonitoredCallback):
                             f"attached to decides), got {small_gains_set_best!r}.")
         self._small_gains_setting = small_gains_set_best
         self.small_gains_set_best = bool(small_gains_set_best)  # resolved when attached
+        self._reads_per_object = False
         self.wait = 0  # calls since the last improvement
         super().__init__(monitor, mode, min_delta, event, step_event)
 
@@ -64,13 +65,16 @@ class EarlyStopping(MonitoredCallback):
         setting = self._small_gains_setting
         self.small_gains_set_best = framework_reading(target, "small_gains_set_best", False) \
             if setting is None else setting
+        self._reads_per_object = setting is None and target is None  # the global tier: each trainer's own
         return super().attach(target)
 
     def improved(self, obj: Any, value: float) -> None:
         self.wait = 0
 
     def not_improved(self, obj: Any, value: float) -> None:
-        if self.small_gains_set_best and self.best.beats(value):  # HF: within min_delta, still the best
+        small_gains_set_best = framework_reading(obj, "small_gains_set_best", False) \
+            if self._reads_per_object else self.small_gains_set_best
+        if small_gains_set_best and self.best.beats(value):  # HF: within min_delta, still the best
             self.best.value, self.best_step = value, self.step
         self.wait += 1
         if self.wait >= self.patience:

@@ -313,7 +313,9 @@ class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
             return
         if not self._loggable(name, value, step):
             return
-        row: list[Any] = [self.row_step() if step is None else step, name, None, self._group]
+        if step is None:  # this callback's own step (said once when nothing counts it)
+            step = self.step if self._uncounted_on is None else self.row_step()
+        row: list[Any] = [step, name, None, self._group]
         if hasattr(value, "detach") and value.numel() == 1:
             shared().put(value, functools.partial(_fill, row))
         else:
@@ -371,8 +373,9 @@ class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
             self.log("loss", total / batches, self._update_step)
 
     def _count_step(self, obj: Any) -> None:
-        self._log_update()  # the update before this one is complete
-        super()._count_step(obj)
+        if self._update_batches:  # the update before this one is complete
+            self._log_update()
+        self.step += 1
 
     def _framework_logs(self, obj: Any, what: str) -> bool:
         """On the global tier: does ``obj``'s class log its own rows (a ``log`` join

@@ -29,7 +29,7 @@ from typing import Any, Callable, NamedTuple
 from ..errors import HookError
 from ..extend import has_join_point, join_points
 
-__all__ = ["STEP_AXIS", "UpdateAxis", "counts_updates", "update_axis"]
+__all__ = ["STEP_AXIS", "UpdateAxis", "axis_of", "counts_updates", "update_axes", "update_axis"]
 
 # The mark a preset sets on the framework's class it weaves, and on the function of
 # its update join point for the global tier (``hookwrap run``):
@@ -43,20 +43,41 @@ class UpdateAxis(NamedTuple):
     update: str  # the join point of one update ("optimizer_step")
     opens: tuple[str, ...]  # the join points that begin a batch of an update ("step", "backward")
     counter: Callable[[Any], Any] | None  # the framework's count of updates done, read from the hooked object
-    said: str  # what the framework calls a step, for messages ("HF TrainingArguments' state.global_step")
+    said: str  # what the framework calls a step, for messages ("state.global_step")
+
+    def __reduce__(self) -> Any:  # a callback holding it pickles; the counter is found again when attached
+        return (UpdateAxis, (self.update, self.opens, None, self.said))
+
+
+def update_axes(target: Any) -> list[UpdateAxis]:
+    """The update axes declared on ``target``: a class or one of its objects (one at
+    most), or ``None``, the global tier, which reaches the loops of every preset woven
+    (their ``optimizer_step`` join points' functions carry it). Empty: a step is a
+    call of the step event."""
+    if target is not None:
+        found = axis_of(target)
+        return [] if found is None else [found]
+    axes: list[UpdateAxis] = []
+    if has_join_point(None, "optimizer_step"):
+        for jp in join_points(None, "optimizer_step", where="hookwrap.torch.steps"):
+            mark = getattr(jp.function, STEP_AXIS, None)
+            if isinstance(mark, tuple) and UpdateAxis(*mark) not in axes:
+                axes.append(UpdateAxis(*mark))
+    return axes
 
 
 def update_axis(target: Any) -> UpdateAxis | None:
-    """The update axis declared on ``target`` (a class, one of its objects, or ``None``
-    for the global tier, where the functions of the ``optimizer_step`` join points
-    carry it), else ``None``: a step is a call of the step event."""
+    """The first of ``update_axes(target)``, or ``None``."""
+    axes = update_axes(target)
+    return axes[0] if axes else None
+
+
+def axis_of(target: Any) -> UpdateAxis | None:
+    """The update axis a class declares (``target``, or the class of ``target``, a
+    hooked object; ``None``, a function's join point: none), or ``None``."""
     if target is None:
-        found = None
-        if has_join_point(None, "optimizer_step"):
-            for jp in join_points(None, "optimizer_step", where="hookwrap.torch.steps"):
-                found = found or getattr(jp.function, STEP_AXIS, None)
-    else:
-        found = getattr(target if isinstance(target, type) else type(target), STEP_AXIS, None)
+        return None
+    found = getattr(target if isinstance(target, type) else type(target), STEP_AXIS, None)
     return UpdateAxis(*found) if isinstance(found, tuple) else None
 
 
@@ -72,9 +93,13 @@ def counts_updates(cls: type, update: str = "optimizer_step", opens: tuple[str, 
     where = f"hookwrap.torch.counts_updates({getattr(cls, '__qualname__', cls)!r})"
     if not isinstance(cls, type):
         raise HookError(f"{where}: pass the class of the loop, not {type(cls).__name__} {cls!r}.")
-    for event in (update, *opens):
+    for event in opens:
         join_points(cls, event, where=where)  # a misspelled event fails here, with the closest names
+    updates = join_points(cls, update, where=where)
     if counter is not None and not callable(counter):
         raise HookError(f"{where}: counter must be a function of the loop object returning its update "
                         f"count, got {counter!r}.")
-    setattr(cls, STEP_AXIS, (update, opens, counter, f"calls of {update!r}"))
+    axis = (update, opens, counter, f"calls of {update!r}")
+    setattr(cls, STEP_AXIS, axis)
+    for jp in updates:  # the global tier finds it there
+        setattr(jp.function, STEP_AXIS, axis)
