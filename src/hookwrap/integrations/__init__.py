@@ -58,6 +58,8 @@ _REGISTRY: dict[str, _Preset] = {
     "accelerate": _Preset("hookwrap.integrations.accelerate:weave", "accelerate Accelerator", "accelerate",
                           "thirdparty"),
     "fabric": _Preset("hookwrap.integrations.fabric:weave", "Lightning Fabric", "lightning", "thirdparty"),
+    "pytorch_accelerated": _Preset("hookwrap.integrations.pytorch_accelerated:weave", "pytorch-accelerated Trainer",
+                                   "pytorch_accelerated", "thirdparty"),
 }
 
 PRESETS: dict[str, str] = {name: preset.weave for name, preset in _REGISTRY.items()}
