@@ -42,7 +42,7 @@ def examples() -> list[tuple[str, str, str]]:
 EXAMPLES = examples()
 # Examples that import a third-party trainer (the thirdparty extra) are third_party
 # tests: CI runs them with that extra installed (pytest -m third_party).
-FRAMEWORKS = ("transformers", "lightning", "ignite", "accelerate")
+FRAMEWORKS = ("transformers", "lightning", "ignite", "accelerate", "pytorch_accelerated")
 # Likewise the loggers of the loggers extra (MetricsLogger's examples).
 LOGGERS = ("mlflow", "wandb")
 
