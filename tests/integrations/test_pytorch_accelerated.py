@@ -279,3 +279,41 @@ def test_loss_is_pa_loss_and_a_replacement_reaches_backward(hw, preset):
         assert torch.equal(weights(trainer), before) and len(seen) == 8 and all(v > 0 for v in seen)
         assert trainer.run_history.get_latest_metric("train_loss_epoch") == 0.0
         assert trainer.run_history.get_latest_metric("eval_loss_epoch") > 1  # evaluation untouched
+
+
+def test_every_shipped_callback_attaches_with_its_default_events(hw, preset, tmp_path):
+    """Accumulating 2 over 8 batches: 4 updates an epoch. GradNorm and LRMonitor report once
+    per update, MetricsLogger's loss rows are the updates' losses, the evaluations' rows at
+    the epochs' last update."""
+    import io
+
+    from hookwrap.torch import (BestCheckpoint, EarlyStopping, GradNorm, LRMonitor, MetricsLogger, NanGuard,
+                                ProgressBar, StepTimer)
+
+    with preset.weave():
+        trainer = tiny()
+        log = MetricsLogger(tmp_path / "metrics.csv", tensorboard=False)
+        bar, grads, lrs = io.StringIO(), GradNorm(logger=log), LRMonitor(logger=log)
+        for cb in (ProgressBar(file=bar), log, StepTimer(), NanGuard(), grads, lrs,
+                   EarlyStopping("eval_loss_epoch", patience=5),
+                   BestCheckpoint(tmp_path / "best.pt", monitor="eval_loss_epoch")):
+            hw.add_callback(trainer, cb)
+        fit(trainer, epochs=2, gradient_accumulation_steps=2)
+        rows = log.read()
+    assert [step for step, _ in grads.history] == list(range(1, 9)) and all(n > 0 for _, n in grads.history)
+    assert lrs.history[0] == (1, [pytest.approx(0.05)])
+    assert [step for step, name, _ in rows if name == "eval_loss_epoch"] == [4, 8]
+    assert [step for step, name, _ in rows if name == "loss"] == list(range(1, 9))
+    assert "epoch 1" in bar.getvalue() and (tmp_path / "best.pt").exists()
+
+
+def test_global_tier_early_stopping_decides_as_pa(hw, preset):
+    """``with EarlyStopping(...)`` (the global tier, as ``hookwrap run`` registers) on the
+    PA run of test_early_stopping_...: the same stop epoch as PA's EarlyStoppingCallback."""
+    from hookwrap.torch import EarlyStopping
+
+    with preset.weave():
+        trainer = tiny()
+        with EarlyStopping("eval_loss_epoch", patience=2, min_delta=0.01):
+            fit(trainer)
+    assert epochs_run(trainer) == 7
