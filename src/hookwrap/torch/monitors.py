@@ -59,9 +59,8 @@ class GradNorm(LogsInto, QueuesReadBacks, CountingCallback):
             self._window = self._norm(obj, model)  # the last batch's is the update's
             return
         self.calls += 1
-        if self.calls % self.every:
-            return
-        self._put(self._norm(obj, model))
+        if self.calls % self.every == 0:
+            self._put(self._norm(obj, model))
 
     def _update_done(self, obj: Any) -> None:
         norm, self._window = self._window, None
