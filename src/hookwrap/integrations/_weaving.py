@@ -46,8 +46,8 @@ log = logging.getLogger(__name__)  # under "hookwrap": a preset applied, and rem
 
 __all__ = ["ACCUMULATES", "READING", "RESUMES", "SCALER", "STEP_AXIS", "PresetHandle", "Stage", "accumulates",
            "counts_updates", "current_run", "decides_as", "log_event", "patch", "resume_callbacks",
-           "resume_without_state", "resumes_itself", "routed", "running", "scales_loss", "stage",
-           "stop_while_running", "target_class"]
+           "resume_from_folder", "resume_without_state", "resumes_itself", "routed", "running", "scales_loss",
+           "stage", "stop_while_running", "target_class"]
 
 _NOTHING = object()
 
@@ -543,6 +543,22 @@ def log_event(handle: PresetHandle, cls: type, **options: Any) -> None:
     row the framework logs (``options`` go to ``stage``)."""
     _set(handle, cls, "hookwrap_log", _hookwrap_log)
     stage(handle, cls, "log", "hookwrap_log", **options)
+
+
+def resume_from_folder(owner: Any, folder: Any, name: str) -> None:
+    """A framework resumes from ``folder``: the callbacks' state the preset saved there
+    as file ``name`` goes back to the callbacks attached to ``owner``, read with
+    ``torch.load(weights_only=True)`` (tensors and plain data: never code from the
+    folder); a folder without it is said (``resume_without_state``)."""
+    import os
+
+    from ..extend import weights_only_load
+
+    path = os.path.join(folder, name)
+    if os.path.isfile(path):
+        resume_callbacks(owner, weights_only_load(path, path), path)
+    else:
+        resume_without_state(owner, str(folder))
 
 
 def resume_without_state(owner: Any, source: str) -> None:

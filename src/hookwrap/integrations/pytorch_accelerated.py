@@ -47,8 +47,8 @@ from typing import Any
 from .. import callback_state
 from ..extend import check_plain
 from ._weaving import (PresetHandle, Stage, _set, accumulates, counts_updates, decides_as, patch, resume_callbacks,
-                       resume_without_state, resumes_itself, routed, running, scales_loss, stage,
-                       stop_while_running, target_class)
+                       resume_from_folder, resume_without_state, resumes_itself, routed, running, scales_loss,
+                       stage, stop_while_running, target_class)
 
 __all__ = ["STATE_FILE", "STATE_KEY", "weave"]
 
@@ -178,8 +178,6 @@ def _checkpoint_callbacks(handle: PresetHandle, cls: type) -> None:
     runs no code."""
     import torch
 
-    from ..extend import weights_only_load
-
     where = "hookwrap.integrations.pytorch_accelerated"
 
     def make_save(original: Any, layer: Any) -> Any:
@@ -221,11 +219,7 @@ def _checkpoint_callbacks(handle: PresetHandle, cls: type) -> None:
         def load_training_state(self: Any, input_dir: Any, *args: Any, **kwargs: Any) -> Any:
             result = original(self, input_dir, *args, **kwargs)
             if not layer.removed:
-                path = os.path.join(input_dir, STATE_FILE)
-                if os.path.isfile(path):  # tensors and plain data only: never code from the folder
-                    resume_callbacks(self, weights_only_load(path, path), path)
-                else:
-                    resume_without_state(self, str(input_dir))
+                resume_from_folder(self, input_dir, STATE_FILE)
             return result
         return load_training_state
 

@@ -39,8 +39,8 @@ from .. import callback_state
 from ..extend import check_plain
 from ..errors import HookError
 from ._weaving import (PresetHandle, accumulates, counts_updates, current_run, decides_as, log_event, patch,
-                       resume_callbacks, resume_without_state, resumes_itself, routed, scales_loss, stage,
-                       stop_while_running, target_class)
+                       resume_from_folder, resumes_itself, routed, scales_loss, stage, stop_while_running,
+                       target_class)
 
 __all__ = ["weave"]
 
@@ -110,8 +110,6 @@ def _checkpoint_callbacks(handle: PresetHandle, cls: type) -> None:
     ``torch.load(weights_only=True)``: a checkpoint folder runs no code."""
     import torch
 
-    from ..extend import weights_only_load
-
     def make_save(original: Any, layer: Any) -> Any:
         def _save_checkpoint(self: Any, model: Any, trial: Any, *args: Any, **kwargs: Any) -> Any:
             result = original(self, model, trial, *args, **kwargs)
@@ -133,12 +131,8 @@ def _checkpoint_callbacks(handle: PresetHandle, cls: type) -> None:
         def _prepare_for_training(self: Any, max_steps: Any, train_dataloader: Any, resume_from_checkpoint: Any,
                                   *args: Any, **kwargs: Any) -> Any:
             result = original(self, max_steps, train_dataloader, resume_from_checkpoint, *args, **kwargs)
-            path = None if resume_from_checkpoint is None else os.path.join(resume_from_checkpoint, STATE_FILE)
-            if not layer.removed and path is not None:
-                if os.path.isfile(path):  # tensors and plain data only: never code from the folder
-                    resume_callbacks(self, weights_only_load(path, path), path)
-                else:
-                    resume_without_state(self, str(resume_from_checkpoint))
+            if not layer.removed and resume_from_checkpoint is not None:
+                resume_from_folder(self, resume_from_checkpoint, STATE_FILE)
             return result
         return _prepare_for_training
 
