@@ -235,7 +235,13 @@ def test_callbacks_count_the_updates_accelerate_runs(hw, preset):
         assert grads.history == [(step, pytest.approx(norm)) for step, norm in zip(range(1, 5), seen)]
         return seen
 
-    with preset.weave():
-        assert len(run()) == 4
-        with pytest.raises(NonFiniteError, match=r"at step 3\b"):
-            run(nan_at=9)  # the first batch of update 3
+    from accelerate.state import AcceleratorState, GradientState
+
+    try:
+        with preset.weave():
+            assert len(run()) == 4
+            with pytest.raises(NonFiniteError, match=r"at step 3\b"):
+                run(nan_at=9)  # the first batch of update 3
+    finally:  # accelerate's state is one per process: the next Accelerator must not accumulate 4
+        AcceleratorState._reset_state(reset_partial_state=True)
+        GradientState._reset_state()
