@@ -300,17 +300,21 @@ class CountingCallback(ShippedCallback):
                 getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or "the global tier")
             pairs[:0] = counting
             return pairs
-        # Counters first: every other handler of the call sees the update's number.
-        events = dict.fromkeys(event for found in axes for event in (*found.opens, found.update))
+        # Counters first: every other handler of the call sees the update's number. Where
+        # the framework keeps the count, a batch's start reads it: the update itself is
+        # not listened to (a routed optimizer step nobody listens to costs nothing).
+        windows = [found for found in axes if found.counter is None or self._per_class]
+        events = dict.fromkeys(event for found in axes
+                               for event in (*found.opens, *((found.update,) if found in windows else ())))
         counting = [(f"pre-{event}", reader(self._open_update, "pre-")) for event in events
                     if has_join_point(target, event)]
         counting += [(f"post-{event}", reader(self._close_update, "post-"))
-                     for event in dict.fromkeys(found.update for found in axes)]
+                     for event in dict.fromkeys(found.update for found in windows)]
         if self._per_class and isinstance(setting, str) and has_join_point(None, setting):
             # The global tier reaches loops of every kind: those whose class counts no
             # updates count their calls of step, as without a preset.
             counting.append((f"pre-{setting}", reader(self._count_call, "pre-")))
-        if has_join_point(target, "fit"):  # a run that raised mid-update left it open
+        if windows and has_join_point(target, "fit"):  # a run that raised mid-update left it open
             counting.append(("pre-fit", reader(self._start_run, "pre-")))
         pairs[:0] = counting
         return pairs
@@ -332,17 +336,23 @@ class CountingCallback(ShippedCallback):
         return self.step
 
     def _open_update(self, obj: Any) -> None:
-        """The first batch of an update (or the update itself) begins: its step starts."""
-        if self._update_open:
-            return
+        """A batch (or an update) begins: where it is the first of an update, the
+        update's step starts. Where the framework keeps the count of updates done, the
+        count says so (a resumed run numbers on from it); else the update is open until
+        its end (``_close_update``)."""
         axis = axis_of(obj) if self._per_class else self._axis
         if axis is None:  # the global tier, on a loop whose class counts calls (_count_call)
             return
-        self._update_open = True
         if axis.counter is not None:
-            done = axis.counter(obj)  # the framework's own count: a resumed run numbers on from it
+            done = axis.counter(obj)
             if isinstance(done, int) and not isinstance(done, bool) and done >= 0:
-                self.step = done
+                if done + 1 != self.step:  # the framework has counted the last update: a new one
+                    self.step = done
+                    self._count_step(obj)
+                return
+        if self._update_open:
+            return
+        self._update_open = True
         self._count_step(obj)
 
     def _close_update(self, obj: Any) -> None:
