@@ -218,6 +218,28 @@ def test_callback_state_goes_through_pa_training_state(hw, preset, tmp_path):
         assert stopping.wait == 5 and stopping.step == 6 * 8 and epochs_run(resumed) == 3
 
 
+def test_a_crafted_training_state_runs_no_code_on_resume(hw, preset, tmp_path):
+    """The folder train(resume_from=...) reads is data, not code: a hookwrap_callbacks.pt
+    whose pickle opens a file is refused, naming it, before anything runs."""
+    from hookwrap.torch import EarlyStopping
+    from tests.torch._crafted import OpensAFile
+
+    marker = tmp_path / "marker"
+    with preset.weave():
+        first = tiny()
+        hw.add_callback(first, EarlyStopping("eval_loss_epoch", patience=5))
+        fit(first, epochs=1)
+        first.save_training_state(str(tmp_path / "state"))
+        state_file = tmp_path / "state" / preset.STATE_FILE
+        assert torch.load(state_file, weights_only=True)  # what hookwrap writes is plain data
+        torch.save({"EarlyStopping[monitor=eval_loss_epoch,mode=min]": OpensAFile(marker)}, state_file)
+        resumed = tiny()
+        hw.add_callback(resumed, EarlyStopping("eval_loss_epoch", patience=5))
+        with pytest.raises(hw.HookError, match=r"hookwrap_callbacks\.pt.*holds more than tensors and plain data"):
+            fit(resumed, resume_from=str(tmp_path / "state"))
+    assert not marker.exists()
+
+
 def test_grad_accumulation_and_checkpoint_resume_are_refused_naming_pa_own(hw, preset, tmp_path):
     from hookwrap.torch import Checkpoint, GradAccumulation
 
