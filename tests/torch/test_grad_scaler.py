@@ -367,3 +367,29 @@ def test_grad_clip_after_every_backward_under_accumulation_is_refused(hw, ht):
     trainer.add_callback(ht.GradScaler("cpu", **SCALER))
     with pytest.raises(hw.HookError, match=r"would add to the unscaled ones.*clip_grad_norm"):
         trainer.fit(0, STEPS)
+
+
+def test_a_scale_a_run_left_due_is_no_other_loops(ht):
+    """A run that ended between its backward and its step leaves its scaler due (a
+    test's trainer raised, a notebook cell was stopped). Loops made after it, one of
+    them perhaps at the address the old loop had once collected, are not scaled by
+    it: their GradNorm divides by nothing, and clipping there unscales nothing of
+    the old scaler's (CI found a first norm divided by 2**12 when a later test's
+    trainer took a collected one's address)."""
+    from hookwrap.torch.grad_scaler import scale_of_gradients, unscale_before_clipping
+
+    class Loop:
+        def __init__(self) -> None:
+            self.optimizer = torch.optim.SGD(make_model().parameters(), lr=LR)
+
+    stale = ht.GradScaler("cpu", **SCALER)
+    loop = Loop()
+    stale.scale(torch.ones(()), loop)
+    assert scale_of_gradients(loop) is stale.scaler._scale
+    del loop
+    for _ in range(200):  # CPython hands a freed object's address to the next of its size
+        new = Loop()
+        assert scale_of_gradients(new) is None
+        unscale_before_clipping(new)
+        assert stale._unscaled is None
+        del new

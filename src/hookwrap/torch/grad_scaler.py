@@ -21,6 +21,9 @@ log = logging.getLogger(__name__)  # under "hookwrap": each skipped optimizer st
 # callbacks were attached in. Weak: a scaler nothing else holds is not kept for this.
 _DUE: weakref.WeakSet[GradScaler] = weakref.WeakSet()
 
+# `_scaled_on` when no loss is scaled: None is a function join point's object.
+_NOT_SCALED = object()
+
 
 def unscale_before_clipping(obj: Any) -> None:
     """Before gradients are clipped (or read) on hooked object ``obj`` (None on a
@@ -31,7 +34,7 @@ def unscale_before_clipping(obj: Any) -> None:
     if not _DUE:
         return
     for scaler in list(_DUE):
-        if scaler._scaled_on == id(obj):
+        if scaler._scaled_on is obj:
             scaler.unscale(obj)
 
 
@@ -51,7 +54,7 @@ def scale_of_gradients(obj: Any) -> Any:
     unscales the gradients itself before clipping or stepping."""
     if _DUE:
         for scaler in list(_DUE):
-            if scaler._scaled_on == id(obj):
+            if scaler._scaled_on is obj:
                 return scaler.scaler._scale  # what scaler.scale(loss) multiplied by: set from then on
     find = getattr(type(obj), FRAMEWORK_SCALER, None) if obj is not None else None
     return None if find is None else _scale_before_unscaling(find(obj))
@@ -154,7 +157,9 @@ class GradScaler(ShippedCallback):
         self.event, self.backward_event, self.optimizer = event, backward_event, optimizer
         self.calls = 0  # calls of `event` that stepped (or skipped) through the scaler
         self.skipped: list[int] = []  # which of them were skipped (inf or NaN gradients)
-        self._scaled_on: int | None = None  # id() of the hooked object whose loss is scaled, not yet unscaled
+        # The hooked object whose loss is scaled, its gradients not yet unscaled: the object
+        # itself, not its id(), which a later object may reuse once a run is collected.
+        self._scaled_on: Any = _NOT_SCALED
         self._unscaled: Any = None  # the optimizer unscaled since the last update
 
     @property
@@ -191,7 +196,7 @@ class GradScaler(ShippedCallback):
                 f"before the optimizer step: the new gradients, scaled, would add to the unscaled ones. Gradients "
                 f"that accumulate are clipped once, before the step: GradAccumulation(steps, clip_grad_norm=...) "
                 f"instead of GradClip, or clip after the last backward of each step.")
-        self._scaled_on = id(obj)
+        self._scaled_on = obj
         _DUE.add(self)
         return self.scaler.scale(loss)
 
@@ -213,7 +218,7 @@ class GradScaler(ShippedCallback):
         """``scaler.unscale_(optimizer)`` now, once between two optimizer steps (the
         optimizer read from ``obj``, the hooked object)."""
         _DUE.discard(self)
-        self._scaled_on = None
+        self._scaled_on = _NOT_SCALED
         optimizer = from_object(obj, self.optimizer, "optimizer", self.where)
         if self._unscaled is not optimizer:
             self.scaler.unscale_(optimizer)
@@ -259,7 +264,7 @@ class GradScaler(ShippedCallback):
         """``scaler.step(optimizer, *args, **kwargs)``, ``optimizer.step`` being the real
         step for the call; then ``scaler.update()`` where ``update``."""
         _DUE.discard(self)
-        self._scaled_on = None
+        self._scaled_on = _NOT_SCALED
         self.calls += 1
         ran: list[bool] = []
         vars(optimizer)["step"] = _Recording(vars(optimizer)["step"], ran)
