@@ -50,7 +50,7 @@ import wrapt
 from ._chains import PLANNER
 from ._dispatch import JoinPoint, as_attribute
 from ._entries import PHASES, normalize
-from ._joinpoints import join_point_of, join_points, name_join_point, track_join_point
+from ._joinpoints import join_point_of, join_points, name_join_point, spec_of, track_join_point
 from ._owners import changed_class, discard_class_record, is_builtin_type, with_subclasses
 from ._registry import Handle, Removable, register
 from ._rules import CLASSMETHOD, FUNCTION, JOIN_POINT_ATTR
@@ -315,12 +315,18 @@ class WeaveHandle(Removable):
             for klass, name, event in overrides:
                 _check_target(klass, {name: event}, f"{self.description}: subclass {klass.__qualname__}")
             self.target = target
+            made = []
             for owner, name, event in [(target, name, event) for name, event in names.items()] + overrides:
-                own = name in vars(owner)
                 original = _raw_attribute(owner, name) if is_class else getattr(owner, name)
                 woven = make_join_point(original, event)
                 if is_class:  # named before it is stored: a call from another thread finds it whole
                     name_join_point(woven, owner, name)
+                # Its parameters read now: a signature no call could bind is refused here,
+                # before anything is woven, not at every call of the code woven.
+                spec_of(join_point_of(woven))
+                made.append((owner, name, original, woven))
+            for owner, name, original, woven in made:
+                own = name in vars(owner)
                 setattr(owner, name, woven)
                 if is_class:  # named before it was stored, where install() found nothing to replace
                     install(join_point_of(woven), owner, name)

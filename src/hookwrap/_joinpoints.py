@@ -122,12 +122,15 @@ class JoinPointSpec:
         self.is_async = bool(jp.is_async) or inspect.isasyncgenfunction(jp.func)
         try:
             signature = inspect.signature(jp.func)
+            if self.has_obj and _hides_its_signature(signature):
+                signature = _signature_behind(jp.func, signature)
             params = list(signature.parameters.values())
             # Annotated `-> None`: callbacks watching its result would watch nothing.
             self.returns_none = signature.return_annotation in (None, "None")
         except (TypeError, ValueError):
             # A builtin without a signature: only *args/**kwargs are known.
-            params = [_P("args", _P.VAR_POSITIONAL), _P("kwargs", _P.VAR_KEYWORD)]
+            params = [_P("self", _P.POSITIONAL_ONLY)] if self.has_obj else []
+            params += [_P("args", _P.VAR_POSITIONAL), _P("kwargs", _P.VAR_KEYWORD)]
             self.returns_none = False
         self.obj_name: str | None = None
         if self.has_obj:
@@ -163,6 +166,35 @@ class JoinPointSpec:
         if phase in _SPECIAL:
             names.append(_SPECIAL[phase][0])
         return ", ".join(names) if names else "(none)"
+
+
+def _hides_its_signature(signature: inspect.Signature) -> bool:
+    """A method's signature that starts with ``*args``: a decorator's wrapper."""
+    params = list(signature.parameters.values())
+    return bool(params) and params[0].kind == _P.VAR_POSITIONAL
+
+
+def _signature_behind(func: Any, signature: inspect.Signature) -> inspect.Signature:
+    """The signature of a method wrapped by a decorator that hides it behind
+    ``(*args, **kwargs)`` and sets no ``__wrapped__`` (DeepSpeed's
+    ``instrument_w_nvtx``, on ``DeepSpeedEngine.backward``): that of the one function
+    its closure holds, the method it passes its arguments to. Else the arguments
+    pass through as they are: ``self``, then ``*args`` and ``**kwargs`` (callbacks
+    may name ``args`` and ``kwargs``), and every call runs as it did unwoven."""
+    inner = []
+    for cell in getattr(func, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # a cell not yet filled
+            continue
+        if type(value) is FunctionType:
+            inner.append(value)
+    if len(inner) == 1:
+        behind = inspect.signature(inner[0])
+        first = next(iter(behind.parameters.values()), None)
+        if first is not None and first.kind in (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD):
+            return behind
+    return signature.replace(parameters=[_P("self", _P.POSITIONAL_ONLY), *signature.parameters.values()])
 
 
 # code object -> {defaults shape: parameters}. Weakly keyed: a code object made at

@@ -417,3 +417,88 @@ def test_weaving_a_base_weaves_the_overrides_its_subclasses_have(hw, events):
     assert {cls: dict(vars(cls)) for cls in before} == before
     seen.clear()
     assert Own().step(0.1) == "own" and seen == []
+
+
+def _profiled(func):
+    """DeepSpeed's ``instrument_w_nvtx`` (deepspeed/utils/nvtx.py), as it is: a wrapper
+    taking ``(*args, **kwargs)``, no ``functools.wraps``."""
+
+    def wrapped_fn(*args, **kwargs):
+        return func(*args, **kwargs)
+
+    return wrapped_fn
+
+
+def _counted(calls):
+    """A decorator that hides the method behind ``(*args, **kwargs)`` and whose closure
+    holds no function: nothing tells the method's parameters."""
+
+    def decorate(func):
+        held = {"method": func}
+
+        def wrapped(*args, **kwargs):
+            calls.append(args[1:])
+            return held["method"](*args, **kwargs)
+
+        return wrapped
+
+    return decorate
+
+
+def test_a_method_behind_a_decorator_without_wraps_is_woven_by_its_own_signature(hw, ext):
+    """DeepSpeedEngine.backward is decorated so: woven, every call runs as unwoven (it
+    raised CallbackSignatureError at each call before), and callbacks name the method's
+    own arguments, read through the function the wrapper's closure holds."""
+
+    class Engine:
+        @_profiled
+        def backward(self, loss, retain_graph=False):
+            return (loss * 2, retain_graph)
+
+    with hw.weave(Engine, "backward"):
+        engine = Engine()
+        assert engine.backward(3) == (6, False)
+        assert ext.join_points(Engine, "backward")[0].arguments == ("loss", "retain_graph")
+        seen = []
+        hw.before(engine, "backward", lambda self, loss, retain_graph: (seen.append((loss, retain_graph)), (loss, retain_graph))[1])
+        hw.before(engine, "backward", lambda self, loss: loss + 1)
+        assert engine.backward(3, retain_graph=True) == (8, True)
+        assert seen == [(3, True)]
+
+
+def test_a_method_whose_signature_nothing_tells_passes_its_arguments_through(hw, ext):
+    """No __wrapped__, no one function in the closure: the join point's arguments are
+    the wrapper's (``args``, ``kwargs``), every call runs as unwoven, and a callback
+    naming an argument of the hidden method is refused when it is registered."""
+    calls = []
+
+    class Engine:
+        @_counted(calls)
+        def step(self, lr, scale=1.0):
+            return lr * scale
+
+    with hw.weave(Engine, "step"):
+        engine = Engine()
+        assert engine.step(2, scale=3) == 6
+        assert ext.join_points(Engine, "step")[0].arguments == ("args", "kwargs")
+        seen = []
+        hw.after(engine, "step", lambda self, args, kwargs, return_value: (seen.append((args, kwargs, return_value)), return_value)[1])
+        assert engine.step(2, scale=3) == 6
+        assert seen == [((2,), {"scale": 3}, 6)]
+        with pytest.raises(hw.CallbackSignatureError, match=r"'lr'.*args, kwargs"):
+            hw.before(engine, "step", lambda self, lr: lr)
+    assert calls == [(2,), (2,)]
+
+
+def test_a_method_no_call_could_bind_is_refused_when_woven(hw):
+    """A method with no positional parameter for the object is refused by weave, which
+    leaves the class as it was; before, the weave succeeded and every call raised."""
+
+    class Odd:
+        def method(*, x):
+            return x
+
+    original = vars(Odd)["method"]
+    with pytest.raises(hw.CallbackSignatureError, match=r"Odd\.method.*no positional `self`"):
+        hw.weave(Odd, "method")
+    assert vars(Odd)["method"] is original
