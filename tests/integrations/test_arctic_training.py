@@ -3,7 +3,7 @@
 ArcticTraining publishes wheels only (no sdist, so not its tests): the test takes
 the arctic-training wheel from PyPI (pip's cache), unpacks its callback mixin
 (``arctic_training/callback/``, with ``arctic_training.logging`` replaced by a
-silent logger: the real one imports deepspeed), and runs the scenarios of
+recording logger: the real one imports deepspeed), and runs the scenarios of
 ``_arctic_training_scenarios.py`` on it and on the drop-in, in each dispatch
 twin, in subprocesses. Every scenario must give the same result, except the
 differences the integrations guide documents (DIFFERENCES). Nothing of
@@ -58,17 +58,21 @@ def released(tmp_path_factory: pytest.TempPathFactory) -> Path:
         assert {"arctic_training/callback/mixin.py", "arctic_training/callback/callback.py"} <= set(members)
         z.extractall(root, members)
     (root / "arctic_training" / "__init__.py").write_text("")
+    # loguru's logger.info(message) etc., recorded for the scenarios to compare.
     (root / "arctic_training" / "logging.py").write_text(
-        "class _Silent:\n"
-        "    def __getattr__(self, name):\n"
-        "        return lambda *args, **kwargs: None\n\n\n"
-        "logger = _Silent()\n")
+        "records = []\n\n\n"
+        "class _Recording:\n"
+        "    def __getattr__(self, level):\n"
+        "        return lambda message, *args, **kwargs: records.append([level.upper(), message])\n\n\n"
+        "logger = _Recording()\n")
     return root
 
 
 def _run(*args: str, pure: bool = False) -> dict[str, Any]:
     env = dict(os.environ)
     env.pop("HOOKWRAP_NO_EXTENSIONS", None)
+    # ArcticTraining's ordering log walks a set of strings: the same order on both sides.
+    env["PYTHONHASHSEED"] = "0"
     if pure:
         env["HOOKWRAP_NO_EXTENSIONS"] = "1"
     done = subprocess.run([sys.executable, str(SCENARIOS), *args], env=env, cwd=HERE, capture_output=True,
@@ -80,7 +84,7 @@ def _run(*args: str, pure: bool = False) -> dict[str, Any]:
 @pytest.mark.parametrize("twin", ["c-extension-module", "pure-python-module"])
 def test_the_drop_in_does_what_arctic_training_does(released: Path, twin: str) -> None:
     theirs = _run("at", str(released))["results"]
-    ran = _run("hookwrap", pure=twin == "pure-python-module")
+    ran = _run("hookwrap", str(released), pure=twin == "pure-python-module")
     if twin == "c-extension-module" and not ran["using_extension"]:
         if os.environ.get("HOOKWRAP_REQUIRE_EXTENSIONS"):
             pytest.fail("the compiled hookwrap._fast did not load (HOOKWRAP_REQUIRE_EXTENSIONS is set)")

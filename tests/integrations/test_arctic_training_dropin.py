@@ -4,6 +4,8 @@ callback_wrapper semantics on hookwrap's dispatch, each checked here on its own
 `-> None` as the object None (see test_a_string_none_annotation_is_a_value)."""
 
 import importlib
+import inspect
+import logging
 import pickle
 from abc import ABC, abstractmethod
 from typing import Any
@@ -440,6 +442,162 @@ def test_objects_pickle_and_copy(at: Any) -> None:
     t = T()
     assert pickle.loads(pickle.dumps(t)).loss(1) == 4
     assert copy.deepcopy(t).loss(1) == 4
+
+
+# --- what ArcticTraining's own code reads: its log callbacks, its Ray launcher ------------
+
+
+class _ATCallback:
+    """ArcticTraining's Callback as its _run_callbacks calls it (callback/callback.py):
+    cb(obj, args, kwargs) -> (args, kwargs); a pre one returns the method's arguments
+    as keywords, a post one the value. Its Ray launcher adds these to a trainer."""
+
+    def __init__(self, event: str, fn: Any, method: Any) -> None:
+        self.event, self.fn, self.method = event, fn, method
+
+    def __call__(self, obj: Any, args: Any, kwargs: Any) -> Any:
+        if self.event.startswith("pre-"):
+            bound = inspect.signature(self.method).bind(obj, *args, **kwargs)
+            call = {k: v for k, v in bound.arguments.items() if k != "self"}
+            names = list(inspect.signature(self.fn).parameters)[1:]
+            returned = self.fn(obj, **{n: call[n] for n in names})
+            call.update(zip(names, (returned,) if len(names) == 1 else returned or ()))
+            return (), call
+        return self.fn(obj, args), {}
+
+    def __repr__(self) -> str:
+        return f"<Callback event={self.event} fn={self.fn.__name__}>"
+
+
+def test_the_default_callbacks_log_arctic_training_s_lines(at: Any, caplog: pytest.LogCaptureFixture) -> None:
+    # ArcticTraining's CallbackMixin.callbacks (callback/mixin.py, callback/logging.py):
+    # three INFO lines per instance; a class declaring its own list has none of them.
+    assert at.CallbackMixin.callbacks == [at.pre_init_log_cb, at.post_init_log_cb,
+                                          at.post_init_callback_ordering_cb]
+
+    class Factory(at.CallbackMixin):
+        @at.callback_wrapper("load")
+        def load(self, x: int) -> int:
+            return x
+
+        def pre_load_callback(self, x: int) -> int:
+            return x + 1
+
+    class Listed(at.CallbackMixin):
+        callbacks = [("pre-init", lambda self: None)]
+
+    with caplog.at_level(logging.INFO, logger="hookwrap.integrations.arctic_training"):
+        assert Factory().load(1) == 2
+        Listed()
+    assert [(r.name, r.levelname) for r in caplog.records] == [("hookwrap.integrations.arctic_training", "INFO")] * 3
+    first, second, ordering = (r.getMessage() for r in caplog.records)
+    assert (first, second) == ("Initializing Factory", "Initialized Factory")
+    assert ordering.startswith("Callback methods for Factory:")
+    assert "  load:\n\tPre-callbacks:[<Callback event=pre-load fn=pre_load_callback>]\n\tPost-callbacks:[]" in ordering
+    assert ("  init:\n\tPre-callbacks:[<Callback event=pre-init fn=_pre_init_log>]\n\tPost-callbacks:"
+            "[<Callback event=post-init fn=_post_init_log>, <Callback event=post-init fn=_log_callback_ordering>]"
+            in ordering)
+
+
+def test_with_the_defaults_an_unannotated_init_fails_as_in_arctic_training(at: Any) -> None:
+    # ArcticTraining passes the post-init log callback the value of an unannotated
+    # __init__, which it does not take: annotate `-> None`.
+    class T(at.CallbackMixin):
+        def __init__(self, cfg):  # type: ignore[no-untyped-def]
+            self.cfg = cfg
+
+    with pytest.raises(TypeError):
+        T("c")
+
+
+def test_get_all_callback_event_methods_is_arctic_training_s(at: Any) -> None:
+    class T(at.CallbackMixin):
+        @at.callback_wrapper("multi-args")
+        def multi(self, a: int, b: int) -> int:
+            return a
+
+    class U(T):
+        def multi(self, a: int, b: int) -> int:  # re-wrapped: U's is the method
+            return b
+
+    methods = U._get_all_callback_event_methods()
+    assert list(methods) == ["pre-init", "post-init", "pre-multi-args", "post-multi-args"]  # by attribute
+    assert methods["pre-multi-args"] is methods["post-multi-args"] is U.multi
+    assert list(inspect.signature(methods["post-multi-args"]).parameters) == ["self", "a", "b"]
+    assert U()._get_all_callback_event_methods() == methods
+
+
+def test_initialized_callbacks_lists_the_class_s_in_the_order_they_run(at: Any) -> None:
+    def listed(self: Any, x: int) -> int:
+        return x
+
+    class T(at.CallbackMixin):
+        callbacks = [("post-step", lambda self, r: r), ("pre-step", listed)]
+
+        @at.callback_wrapper("step")
+        def step(self, x: int) -> int:
+            return x
+
+        def pre_step_callback(self, x: int) -> int:
+            return x
+
+    with pytest.raises(at.HookError, match="made when the class is instantiated"):
+        T._initialized_callbacks.extend([])
+    t = T()
+    assert isinstance(t._initialized_callbacks, list) and t._initialized_callbacks is T._initialized_callbacks
+    assert [(cb.event, cb.fn.__name__) for cb in t._initialized_callbacks] == [
+        ("post-step", "<lambda>"), ("pre-step", "listed"), ("pre-step", "pre_step_callback")]
+
+
+def test_the_ray_launcher_s_callbacks_run_on_the_class_s_objects(at: Any) -> None:
+    # arctic_training/launcher/ray_launcher.py, _attach_ray_callbacks: Callback objects
+    # made of _get_all_callback_event_methods(), added with _initialized_callbacks.extend.
+    log: list[Any] = []
+
+    class Trainer(at.CallbackMixin):
+        callbacks = [("post-step", lambda self: log.append("own post-step"))]
+
+        @at.callback_wrapper("step")
+        def step(self, batch: list[int]) -> None:
+            log.append(["step", batch])
+
+        @at.callback_wrapper("loss")
+        def loss(self, batch: list[int]) -> int:
+            return sum(batch)
+
+    class Sub(Trainer):
+        pass
+
+    trainer, sub = Trainer(), Sub()
+    methods = trainer._get_all_callback_event_methods()
+    trainer._initialized_callbacks.extend([
+        _ATCallback("post-step", lambda self, value: log.append("ray report"), methods["post-step"]),
+        _ATCallback("pre-loss", lambda self, batch: [x * 2 for x in batch], methods["pre-loss"])])
+    trainer._initialized_callbacks.append(_ATCallback("post-loss", lambda self, v: v + 1, methods["post-loss"]))
+    assert repr(trainer._initialized_callbacks[-3]) == "<Callback event=post-step fn=<lambda>>"
+    trainer.step([1])
+    assert log == [["step", [1]], "own post-step", "ray report"]
+    assert trainer.loss([1, 2]) == 7
+    assert sub.loss([1, 2]) == 3  # Sub's objects have Sub's list, as in ArcticTraining
+    Trainer()  # ArcticTraining makes the class's list anew: what was added stops running
+    assert trainer.loss([1, 2]) == 3 and len(trainer._initialized_callbacks) == 1
+
+
+def test_initialized_callbacks_takes_arctic_training_callbacks_only_and_additions_only(at: Any) -> None:
+    class T(at.CallbackMixin):
+        @at.callback_wrapper("step")
+        def step(self) -> None: ...
+
+    t = T()
+    with pytest.raises(at.ArcticCallbackError, match=r"Callback\(event, fn, method\).*hw.before"):
+        t._initialized_callbacks.append(("post-step", lambda self: None))
+    with pytest.raises(ValueError, match=r"'post-stpe'.*names no method.*'post-step'"):
+        t._initialized_callbacks.extend([_ATCallback("post-stpe", lambda self: None, T.step)])
+    for change in (lambda cbs: cbs.clear(), lambda cbs: cbs.insert(0, None), lambda cbs: cbs.pop(),
+                   lambda cbs: cbs.__setitem__(0, None), lambda cbs: cbs.__iadd__([])):
+        with pytest.raises(at.HookError, match=r"append\(\) and extend\(\) only"):
+            change(t._initialized_callbacks)
+    assert len(t._initialized_callbacks) == 3  # nothing of it was added
 
 
 # --- bad input ------------------------------------------------------------------------

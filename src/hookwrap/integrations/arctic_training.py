@@ -24,6 +24,14 @@ Classes, callbacks and calls keep ArcticTraining's (0.8) semantics, not
   method annotated ``-> None`` it is ``fn(self)``.
 * Callbacks are checked when the class is first instantiated, and a bad one
   raises ``ArcticCallbackError``, a ``ValueError`` as ArcticTraining's are.
+* ``CallbackMixin.callbacks`` holds ArcticTraining's three init log callbacks
+  ("Initializing X", "Initialized X", "Callback methods for X", at INFO, here on
+  ``logging.getLogger("hookwrap.integrations.arctic_training")``): a class that
+  declares its own list without them has none, as there.
+* What ArcticTraining's own code reads is there: ``_get_all_callback_event_methods()``
+  and ``_initialized_callbacks``, the class's list its Ray launcher extends with
+  ``Callback`` objects (they run on the class's objects until it is instantiated
+  again, which rebuilds the list, as there).
 
 Each callback is a class-tier ``around`` registration of hookwrap, so
 ``hw.describe`` lists them and hookwrap's own callbacks (``hw.before(obj, ...)``,
@@ -34,6 +42,7 @@ ArcticTraining, and why, is in the integrations guide ("ArcticTraining").
 from __future__ import annotations
 
 import inspect
+import logging
 import re
 import threading
 import weakref
@@ -44,7 +53,8 @@ from .. import around, hookable
 from ..errors import CallbackReturnError, HookError, closest, safe_repr
 from ..extend import FixedList, has_join_point, is_join_point
 
-__all__ = ["ArcticCallbackError", "CallbackMixin", "WRAPPER_NAME_ATTR", "callback_wrapper"]
+__all__ = ["ArcticCallbackError", "CallbackMixin", "WRAPPER_NAME_ATTR", "callback_wrapper",
+           "post_init_callback_ordering_cb", "post_init_log_cb", "pre_init_log_cb"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -57,6 +67,10 @@ WRAPPER_NAME_ATTR = "__at_wrapped_name__"
 _CALLBACK_METHOD = re.compile(r"(pre|post)_(.+)_callback")
 
 _lock = threading.RLock()
+
+# ArcticTraining logs with loguru (arctic_training.logging); the drop-in's lines go
+# to the standard logging module, under "hookwrap" as hookwrap's own records.
+logger = logging.getLogger(__name__)
 
 
 class ArcticCallbackError(HookError, ValueError):
@@ -111,8 +125,8 @@ class _Entry:
         self.plans: weakref.WeakKeyDictionary[type, Any] = weakref.WeakKeyDictionary()
         self.advice = self._advice()
 
-    def __repr__(self) -> str:  # ArcticTraining's Callback repr
-        return f"<Callback event={self.event} fn={self.label}>"
+    def __repr__(self) -> str:  # ArcticTraining's Callback repr (its ordering log prints it)
+        return f"<Callback event={self.event} fn={getattr(self.fn, '__name__', self.label)}>"
 
     # -- checking, once per class: ArcticTraining's rules ------------------------
 
@@ -339,12 +353,149 @@ def _event_names(cls: type) -> set[str]:
             if name is not None}
 
 
+# --- ArcticTraining's default callbacks (arctic_training/callback/logging.py) -----------
+# Same events, messages and level (INFO); the functions keep its names, which its
+# ordering log prints (`<Callback event=pre-init fn=_pre_init_log>`).
+
+def _pre_init_log(self: Any) -> None:
+    logger.info(f"Initializing {self.__class__.__name__}")
+
+
+def _post_init_log(self: Any) -> None:
+    logger.info(f"Initialized {self.__class__.__name__}")
+
+
+def _log_callback_ordering(self: Any) -> None:
+    if not logger.isEnabledFor(logging.INFO):
+        return  # the line walks the class's attributes: not on every object for nothing
+    # ArcticTraining's code as it is: a set (so the order is the strings' hashes'),
+    # and split("-")[1] keeps "multi" of "multi-args", whose callbacks it lists as none.
+    log_str = f"Callback methods for {self.__class__.__name__}:"
+    wrapped_methods = set(event.split("-")[1] for event in self._get_all_callback_event_methods())
+    for event in wrapped_methods:
+        log_str += f"\n  {event}:"
+        log_str += "\n\tPre-callbacks:"
+        log_str += str([cb for cb in self._initialized_callbacks if cb.event == f"pre-{event}"])
+        log_str += "\n\tPost-callbacks:"
+        log_str += str([cb for cb in self._initialized_callbacks if cb.event == f"post-{event}"])
+    logger.info(log_str)
+
+
+pre_init_log_cb = ("pre-init", _pre_init_log)
+post_init_log_cb = ("post-init", _post_init_log)
+post_init_callback_ordering_cb = ("post-init", _log_callback_ordering)
+
+
+class _NotInstantiated(FixedList):
+    """``_initialized_callbacks`` of a class not instantiated yet (ArcticTraining sets it
+    in ``__new__``; before, its empty list takes entries that never run)."""
+
+    refusal = ("a CallbackMixin class's `_initialized_callbacks` is made when the class is instantiated: "
+               "extend it on an object (`trainer._initialized_callbacks.extend(...)`, as ArcticTraining's "
+               "Ray launcher does), or register with hookwrap: hw.before(cls, 'step', fn) / hw.after(...).")
+
+
+class _Initialized(list):  # type: ignore[type-arg]
+    """ArcticTraining's ``_initialized_callbacks``: the class's callbacks in the order they
+    run, made when the class is instantiated and shared by its objects, as there.
+    ArcticTraining's Ray launcher extends it with its ``Callback`` objects
+    (arctic_training/launcher/ray_launcher.py, _attach_ray_callbacks): each added one
+    is registered on the class, for objects of exactly this class (the list is
+    theirs only), until the class is instantiated again and the list made anew."""
+
+    refusal = ("`_initialized_callbacks` takes additions by append() and extend() only, as ArcticTraining's "
+               "Ray launcher makes them (`+=` on an object would leave it a list of its own); to remove or "
+               "reorder callbacks, register them with hookwrap (hw.before / hw.after / hw.around on the "
+               "object or class) and remove the handle.")
+
+    def __init__(self, owner: type, entries: list[_Entry]) -> None:
+        super().__init__(entries)
+        self._owner = owner
+        self._handles: list[Any] = []
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise HookError(self.refusal)
+
+    insert = remove = pop = clear = sort = reverse = _refuse
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+
+    def append(self, callback: Any) -> None:
+        self.extend([callback])
+
+    def extend(self, callbacks: Any) -> None:
+        added = list(callbacks)
+        plans = [self._plan(cb) for cb in added]  # all checked before any is registered
+        with _lock:
+            for cb, (name, phase) in zip(added, plans):
+                advice = _added_advice(self._owner, cb, phase)
+                self._handles.append(around(self._owner, name, advice, prepend=phase == "post"))
+            super().extend(added)
+
+    def _plan(self, cb: Any) -> tuple[str, str]:
+        event = getattr(cb, "event", None)
+        phase, _, name = event.partition("-") if isinstance(event, str) else ("", "", "")
+        if phase not in ("pre", "post") or not name or not callable(cb):
+            raise ArcticCallbackError(
+                f"{self._owner.__qualname__}._initialized_callbacks holds ArcticTraining `Callback` objects "
+                f"(Callback(event, fn, method), with `event` 'pre-<method>' or 'post-<method>', called as "
+                f"cb(obj, args, kwargs)), got {safe_repr(cb)}; for a function of your own, use "
+                f"hw.before / hw.after(obj, 'step', fn).")
+        if not has_join_point(self._owner, name):
+            known = sorted(self._owner._get_all_callback_event_methods())  # type: ignore[attr-defined]
+            owner = self._owner.__qualname__
+            raise ArcticCallbackError(f"{owner}: callback {safe_repr(cb)} for {event!r} names no method wrapped "
+                                      f"with @callback_wrapper." + closest(f"{phase}-{name}", known)
+                                      + f" Events of {owner}: {known}.")
+        return name, phase
+
+    def drop(self) -> None:
+        """The class is instantiated again: what was added to this list stops running."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+
+def _added_advice(owner: type, cb: Any, phase: str) -> Callable[..., Any]:
+    """An ArcticTraining ``Callback`` as around advice, called as its ``_run_callbacks``
+    calls it: ``args, kwargs = cb(obj, args, kwargs)`` (pre), ``value, _ = cb(obj, value, {})``."""
+    if phase == "pre":
+        def advice(self: Any, proceed: Any, *args: Any, **kwargs: Any) -> Any:
+            if type(self) is owner:
+                args, kwargs = cb(self, args, kwargs)
+            return proceed(*args, **kwargs)
+    else:
+        def advice(self: Any, proceed: Any, *args: Any, **kwargs: Any) -> Any:
+            value = proceed(*args, **kwargs)
+            if type(self) is owner:
+                value, _ = cb(self, value, {})
+            return value
+    fn = getattr(cb, "fn", cb)
+    advice.__name__ = getattr(fn, "__name__", "callback")
+    advice.__qualname__ = getattr(fn, "__qualname__", None) or safe_repr(cb)
+    return advice
+
+
+def _remake_initialized(cls: type) -> None:
+    """ArcticTraining's ``__new__``: the class's list made anew, what was added dropped."""
+    old = vars(cls).get("_initialized_callbacks")
+    if isinstance(old, _Initialized):
+        old.drop()
+    entries = [entry for klass in reversed(cls.__mro__) if klass in _records
+               for entry in _records[klass].registered]
+    type.__setattr__(cls, "_initialized_callbacks", _Initialized(cls, entries))
+
+
 class CallbackMixin:
     """ArcticTraining's ``CallbackMixin`` on hookwrap: ``__init__`` is join point
     ``init``; callbacks come from ``callbacks`` lists and ``{pre|post}_<name>_callback``
     methods, base class first (see the module docstring)."""
 
-    callbacks: list[tuple[str, Callable[..., Any]]] = _Frozen()
+    # ArcticTraining's defaults: a subclass that does not declare `callbacks` inherits
+    # them; one that does has its own list only (its bases' lists still add to it).
+    callbacks: list[tuple[str, Callable[..., Any]]] = _Frozen(
+        [pre_init_log_cb, post_init_log_cb, post_init_callback_ordering_cb])
+
+    _initialized_callbacks: list[Any] = _NotInstantiated()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -355,7 +506,19 @@ class CallbackMixin:
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         with _lock:
             _check(cls)
+            _remake_initialized(cls)
         return super().__new__(cls)
+
+    @classmethod
+    def _get_all_callback_event_methods(cls) -> dict[str, Callable[..., Any]]:
+        """ArcticTraining's: ``pre-<name>`` and ``post-<name>`` -> the method wrapped as
+        ``name``, by attribute name (its Ray launcher makes ``Callback`` objects of them)."""
+        methods: dict[str, Callable[..., Any]] = {}
+        for attr in dir(cls):  # sorted, as its inspect.getmembers
+            name = _wrapped_name(inspect.getattr_static(cls, attr, None))
+            if name is not None:
+                methods["pre-" + name] = methods["post-" + name] = getattr(cls, attr)
+        return methods
 
     @callback_wrapper("init")
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -363,3 +526,8 @@ class CallbackMixin:
         # arguments by keyword without `args` and `kwargs`: so the next class's
         # __init__ is called with none, on every ArcticTraining class.
         super().__init__()
+
+
+# ArcticTraining's `-> None` is the object None (its module has no `from __future__
+# import annotations`, this one has): so its post-init callbacks take `self` only.
+vars(CallbackMixin)["__init__"].__wrapped__.__annotations__["return"] = None
