@@ -84,12 +84,12 @@ def _admits(requirements: list[str], pin: str) -> bool:
 
 def test_the_extras_are_ranges_holding_the_versions_the_tests_pin() -> None:
     """Installing an extra never pins a user's stack to one version; every package of
-    the thirdparty and loggers extras is pinned for the tests (tests/pins.txt, the
-    constraints CI installs with), inside its range."""
+    the thirdparty, loggers and deepspeed extras is pinned for the tests
+    (tests/pins.txt, the constraints CI installs with), inside its range."""
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
     from packaging.requirements import Requirement
 
-    ranged = [Requirement(r) for name in ("thirdparty", "loggers") for r in extras[name]]
+    ranged = [Requirement(r) for name in ("thirdparty", "loggers", "deepspeed") for r in extras[name]]
     assert all(not any(spec.operator == "==" for spec in r.specifier) and r.specifier for r in ranged)
     assert sorted(Requirement(pin).name for pin in pins()) == sorted(r.name for r in ranged)
     for pin in pins():

@@ -60,6 +60,7 @@ _REGISTRY: dict[str, _Preset] = {
     "fabric": _Preset("hookwrap.integrations.fabric:weave", "Lightning Fabric", "lightning", "thirdparty"),
     "pytorch_accelerated": _Preset("hookwrap.integrations.pytorch_accelerated:weave", "pytorch-accelerated Trainer",
                                    "pytorch_accelerated", "thirdparty"),
+    "deepspeed": _Preset("hookwrap.integrations.deepspeed:weave", "DeepSpeedEngine", "deepspeed", "deepspeed"),
 }
 
 PRESETS: dict[str, str] = {name: preset.weave for name, preset in _REGISTRY.items()}

@@ -44,8 +44,9 @@ from ..errors import HookError, StopTraining
 
 log = logging.getLogger(__name__)  # under "hookwrap": a preset applied, and removed, at INFO
 
-__all__ = ["ACCUMULATES", "READING", "RESUMES", "SCALER", "STEP_AXIS", "PresetHandle", "Stage", "accumulates",
-           "counts_updates", "current_run", "decides_as", "log_event", "patch", "resume_callbacks",
+__all__ = ["ACCUMULATES", "GRAD_NORM", "READING", "RESUMES", "SCALER", "STEP_AXIS", "PresetHandle", "Stage",
+           "accumulates", "counts_updates", "current_run", "decides_as", "holds_gradients", "log_event", "patch",
+           "resume_callbacks",
            "resume_from_folder", "resume_without_state", "resumes_itself", "routed", "running", "scales_loss",
            "stage", "stop_while_running", "target_class"]
 
@@ -401,12 +402,14 @@ def _copy(fn: FunctionType, wrapped: Any = None) -> FunctionType:
 
 def routed(handle: PresetHandle, host: type, event: str, cls: type, attr: str,
            owner_of: Callable[[Any], Any], *, returns: Callable[[Any, Any], Any] | None = None,
-           **options: Any) -> Stage:
+           also: tuple[type, ...] = (), **options: Any) -> Stage:
     """Calls of ``cls.attr`` on an object whose ``owner_of(obj)`` is a ``host`` become
     join point ``event`` of that owner (method ``hookwrap_<event>`` of ``host``, with
     the original's parameters); other calls are untouched. ``returns(owner, result)``:
     what the join point returns instead of the original's result (which the caller
-    still gets). ``options`` go to ``stage``."""
+    still gets). ``also``: subclasses of ``cls`` overriding ``attr`` whose calls are
+    routed the same way (accelerate's ``DeepSpeedOptimizerWrapper.step``).
+    ``options`` go to ``stage``."""
     where = f"hookwrap.integrations: {handle.description}"
     original = _raw(cls, attr, where)
     name = f"hookwrap_{event}"
@@ -432,9 +435,20 @@ def routed(handle: PresetHandle, host: type, event: str, cls: type, attr: str,
     # (fit) always goes through its wrapper, which notes that it runs.
     heard = _always if options.get("fit") else listened(top)
 
-    layer = _Layer(cls, attr, original)
+    for routed_class in (cls, *also):
+        _route(handle, routed_class, attr, owner_of, host, top, heard, where)
+    handle.events[event] = " or ".join(f"{c.__qualname__}.{attr}" for c in (cls, *also))
+    return this
 
-    @functools.wraps(original)
+
+def _route(handle: PresetHandle, cls: type, attr: str, owner_of: Callable[[Any], Any], host: type, top: Any,
+           heard: Callable[[Any], bool], where: str) -> None:
+    """Store over ``cls.attr`` the router of ``routed``: a call whose owner is a
+    ``host`` heard runs as join point ``top`` of that owner, ``cls``'s own method
+    inside it; any other call runs that method straight away."""
+    layer = _Layer(cls, attr, _raw(cls, attr, where))
+
+    @functools.wraps(layer.below)
     def router(obj: Any, *args: Any, **kwargs: Any) -> Any:
         owner = owner_of(obj) if not layer.removed else None
         if not isinstance(owner, host) or not heard(owner):
@@ -449,8 +463,6 @@ def routed(handle: PresetHandle, host: type, event: str, cls: type, attr: str,
         return result if entry[1] is _NOTHING else entry[1]
 
     layer.put(handle, router)
-    handle.events[event] = f"{cls.__qualname__}.{attr}"
-    return this
 
 
 def target_class(given: Any, base: type, where: str, what: str) -> type:
@@ -501,6 +513,18 @@ def scales_loss(handle: PresetHandle, cls: type, scaler_of: Callable[[Any], Any]
     with in float16 (``scaler_of(owner)``, None when it scales nothing): a norm of
     the gradients read before the framework unscales them is divided by its scale."""
     _set(handle, cls, SCALER, staticmethod(scaler_of))
+
+
+GRAD_NORM = "__hookwrap_grad_norm__"  # hookwrap.torch reads it (monitors.FRAMEWORK_GRAD_NORM): GradNorm
+
+
+def holds_gradients(handle: PresetHandle, cls: type, norm_of: Callable[[Any], Any]) -> None:
+    """Say that the framework may hold the gradients itself (DeepSpeed's ZeRO partitions
+    them and steps inside ``backward``: ``p.grad`` is empty or partial):
+    ``norm_of(owner)`` is a function giving the norm the framework computed for its
+    latest update (what it logs as ``grad_norm``), or None where the gradients are
+    the parameters' own. GradNorm reports that norm there."""
+    _set(handle, cls, GRAD_NORM, staticmethod(norm_of))
 
 
 READING = "__hookwrap_reading__"  # hookwrap.torch reads it (_attach.framework_reading): EarlyStopping

@@ -38,9 +38,9 @@ from typing import Any
 from .. import callback_state
 from ..extend import check_plain
 from ..errors import HookError
-from ._weaving import (PresetHandle, accumulates, counts_updates, current_run, decides_as, log_event, patch,
-                       resume_from_folder, resumes_itself, routed, scales_loss, stage, stop_while_running,
-                       target_class)
+from ._weaving import (PresetHandle, accumulates, counts_updates, current_run, decides_as, holds_gradients,
+                       log_event, patch, resume_from_folder, resumes_itself, routed, scales_loss, stage,
+                       stop_while_running, target_class)
 
 __all__ = ["weave"]
 
@@ -57,6 +57,7 @@ def weave(trainer: Any = None) -> PresetHandle:
     import transformers
     from accelerate import Accelerator
     from accelerate.optimizer import AcceleratedOptimizer
+    from accelerate.utils.deepspeed import DeepSpeedOptimizerWrapper
 
     cls = target_class(trainer, transformers.Trainer, "hookwrap.integrations.transformers.weave()",
                        "a transformers Trainer class")
@@ -81,17 +82,30 @@ def weave(trainer: Any = None) -> PresetHandle:
         step = stage(handle, cls, "step", "training_step", stop=stop)
         stage(handle, cls, "loss", "compute_loss", stop=stop, within=step)
         routed(handle, cls, "backward", Accelerator, "backward", accelerator_owner, stop=stop)
-        optimizer_step = routed(handle, cls, "optimizer_step", AcceleratedOptimizer, "step", optimizer_owner, stop=stop)
+        # On DeepSpeed the update runs inside backward (engine.step at the accumulation
+        # boundary) and the Trainer's optimizer.step() is DeepSpeedOptimizerWrapper's no-op,
+        # called once per update as on_optimizer_step is: the same event.
+        optimizer_step = routed(handle, cls, "optimizer_step", AcceleratedOptimizer, "step", optimizer_owner,
+                                also=(DeepSpeedOptimizerWrapper,), stop=stop)
         accumulates(handle, cls, optimizer_step, ACCUMULATION)  # GradAccumulation refuses, naming it
         counts_updates(handle, cls, optimizer_step, ("step",), _global_step, "state.global_step")
         # EarlyStoppingCallback(early_stopping_threshold=...): a gain within it still becomes HF's best.
         decides_as(handle, cls, small_gains_set_best=True)
         scales_loss(handle, cls, lambda trainer: getattr(trainer.accelerator, "scaler", None))  # fp16=True
+        holds_gradients(handle, cls, _deepspeed_grad_norm)  # ZeRO: HF logs DeepSpeed's norm
         resumes_itself(handle, cls, RESUME)  # Checkpoint's resume refuses, naming it
         stage(handle, cls, "evaluate", "evaluate", stop=stop)
         _route_logs(handle, cls, stop)
         _checkpoint_callbacks(handle, cls)
     return handle
+
+
+def _deepspeed_grad_norm(trainer: Any) -> Any:
+    """On DeepSpeed, the engine's norm of its latest update's gradients (HF's
+    ``grad_norm`` there: ``model.get_global_grad_norm()``); else None."""
+    if not getattr(trainer, "is_deepspeed_enabled", False):
+        return None
+    return getattr(trainer.model_wrapped, "get_global_grad_norm", None)
 
 
 def _global_step(trainer: Any) -> Any:

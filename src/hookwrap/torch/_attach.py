@@ -25,7 +25,7 @@ from ..extend import Defers, Ending, JoinPointInfo, has_join_point, join_points,
 from ._around import around_advice
 from .steps import UpdateAxis, axis_of, update_axes
 
-__all__ = ["COUNT", "FRAMEWORK_READING", "FRAMEWORK_RESUME", "FRAMEWORK_STEP", "NUMBER_OR_NONE", "CountingCallback", "DefaultEvent", "LogsInto", "On", "Saved",
+__all__ = ["COUNT", "FRAMEWORK_GRAD_NORM", "FRAMEWORK_READING", "FRAMEWORK_RESUME", "FRAMEWORK_STEP", "NUMBER_OR_NONE", "CountingCallback", "DefaultEvent", "LogsInto", "On", "Saved",
            "ShippedCallback", "Source", "checked_logger", "framework_reading", "framework_resume", "framework_step", "from_object", "is_rank_zero",
            "is_reference", "positive_number", "resolve_reference", "saved", "settle_logger", "to_float",
            "whole_number"]
@@ -653,6 +653,20 @@ def framework_reading(target: Any, setting: str, default: Any) -> Any:
 # point's function (hookwrap.integrations._weaving writes the same name): the
 # framework runs its own optimizer step, and how to accumulate gradients there.
 FRAMEWORK_STEP = "__hookwrap_accumulation__"
+
+
+# What a preset sets on the framework's class when the framework may hold the gradients
+# itself (hookwrap.integrations._weaving.holds_gradients writes the same name): a
+# function of the hooked object giving a function of its latest update's norm, or None.
+FRAMEWORK_GRAD_NORM = "__hookwrap_grad_norm__"
+
+
+def framework_grad_norm(obj: Any) -> Any:
+    """Where the framework of hooked object ``obj`` holds the gradients (DeepSpeed), a
+    function giving the norm it computed for its latest update; else None (one class
+    attribute lookup)."""
+    find = getattr(type(obj), FRAMEWORK_GRAD_NORM, None) if obj is not None else None
+    return None if find is None else find(obj)
 
 
 def framework_step(target: Any, event: str, where: str) -> str | None:

@@ -13,7 +13,8 @@ from typing import Any, Callable
 
 from ..errors import CallbackSignatureError, HookError
 from ..extend import JoinPointInfo
-from ._attach import COUNT, On, ShippedCallback, framework_step, from_object, positive_number, saved
+from ._attach import (COUNT, On, ShippedCallback, framework_grad_norm, framework_step, from_object, positive_number,
+                      saved)
 from .grad_scaler import unscale_before_clipping
 
 __all__ = ["GradAccumulation", "GradClip"]
@@ -47,6 +48,12 @@ class GradClip(ShippedCallback):
     def clip(self, obj: Any, model: Any) -> None:
         import torch
 
+        if framework_grad_norm(obj) is not None:
+            raise HookError(
+                f"GradClip on {type(obj).__qualname__}: DeepSpeed holds the gradients (ZeRO partitions them: "
+                f"p.grad is empty or partial), so there is nothing here to clip. "
+                f"Clip with DeepSpeed: \"gradient_clipping\" in its config (TrainingArguments(max_grad_norm=...) "
+                f"on HF's Trainer).")
         unscale_before_clipping(obj)  # a GradScaler's gradients: unscaled first, so the true norm is clipped
         torch.nn.utils.clip_grad_norm_(model.parameters(), self.max_norm, self.norm_type)
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
+import torch
+
+from ..errors import HookError
 from ..extend import reader
-from ._attach import CountingCallback, DefaultEvent, LogsInto, On, checked_logger, whole_number
+from ._attach import CountingCallback, DefaultEvent, LogsInto, On, checked_logger, framework_grad_norm, whole_number
 from .grad_scaler import scale_of_gradients
 from .readback import QueuesReadBacks, shared
 
@@ -56,14 +59,17 @@ class GradNorm(LogsInto, QueuesReadBacks, CountingCallback):
 
     def measure(self, obj: Any, model: Any) -> None:
         if self._axis is not None and self.event != self._axis.update:
-            self._window = self._norm(obj, model)  # the last batch's is the update's
+            if framework_grad_norm(obj) is None:  # else the framework's own, read once the update is done
+                self._window = self._norm(obj, model)  # the last batch's is the update's
             return
         self.calls += 1
         if self.calls % self.every == 0:
             self._put(self._norm(obj, model))
 
     def _update_done(self, obj: Any) -> None:
-        norm, self._window = self._window, None
+        framework = framework_grad_norm(obj)
+        norm = self._window if framework is None else self._framework_norm(framework)
+        self._window = None
         if norm is None:
             return
         self.calls += 1
@@ -71,6 +77,9 @@ class GradNorm(LogsInto, QueuesReadBacks, CountingCallback):
             self._put(norm)
 
     def _norm(self, obj: Any, model: Any) -> Any:
+        framework = framework_grad_norm(obj)
+        if framework is not None:  # DeepSpeed: the gradients are its own, the norm its computed one
+            return self._framework_norm(framework)
         grads = [p.grad for p in model.parameters() if p.grad is not None]
         if not grads:
             return None
@@ -79,6 +88,17 @@ class GradNorm(LogsInto, QueuesReadBacks, CountingCallback):
         if scale is not None:  # a GradScaler's gradients, not unscaled yet: the true norm, on the device
             norm = norm / scale.to(norm.device)
         return norm
+
+    def _framework_norm(self, norm_of_update: Callable[[], Any]) -> Any:
+        if self.norm_type != 2.0:
+            raise HookError(
+                f"GradNorm(norm_type={self.norm_type}): the framework holds the gradients (DeepSpeed ZeRO "
+                f"partitions them, p.grad is empty) and computes their 2-norm only, which GradNorm reports "
+                f"there. Use GradNorm() (norm_type=2.0).")
+        value = norm_of_update()
+        if value is None:  # no update yet
+            return None
+        return value.detach().float() if isinstance(value, torch.Tensor) else torch.tensor(float(value))
 
     def _put(self, norm: Any) -> None:
         if norm is None:

@@ -1,0 +1,120 @@
+"""One DeepSpeed scenario in a process of its own (DeepSpeed sets up torch.distributed,
+one process on its CPU accelerator), printing its results as JSON on the last line.
+
+    python _deepspeed_worker.py hf STAGE ACCUMULATE        HF Trainer + the transformers preset
+    python _deepspeed_worker.py hf_nan STAGE ACCUMULATE    ... with a NaN loss in update 3
+    python _deepspeed_worker.py engine STAGE ACCUMULATE    a DeepSpeedEngine loop + the deepspeed preset
+
+Tiny models built from configs, synthetic data: nothing is downloaded."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import tempfile
+from typing import Any
+
+with socket.socket() as _free:  # a port of this process's own: scenarios run side by side
+    _free.bind(("127.0.0.1", 0))
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free.getsockname()[1]), RANK="0", LOCAL_RANK="0",
+                      WORLD_SIZE="1", DS_ACCELERATOR="cpu")
+
+import torch  # noqa: E402
+
+import hookwrap as hw  # noqa: E402
+import hookwrap.torch as ht  # noqa: E402
+
+UPDATES = 4
+
+
+def hf(stage: int, accumulate: int, nan: bool = False) -> dict[str, Any]:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from _tiny_hf import tiny_trainer
+
+    from hookwrap.integrations import transformers as hw_hf
+
+    config = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+              "train_batch_size": "auto", "gradient_clipping": "auto", "zero_optimization": {"stage": stage}}
+    hw_hf.weave()
+    trainer = tiny_trainer(tempfile.mkdtemp(), steps=UPDATES, gradient_accumulation_steps=accumulate,
+                           logging_strategy="steps", logging_steps=1, deepspeed=config)
+    updates: list[int] = []
+    hw.after(trainer, "optimizer_step", lambda self: updates.append(self.state.global_step))
+    norm = ht.GradNorm()
+    hw.add_callback(trainer, norm)
+    result: dict[str, Any] = {}
+    if nan:
+        batches: list[int] = []
+
+        def poison(self: Any, return_value: Any) -> Any:  # the first batch of update 3
+            batches.append(1)
+            return return_value * float("nan") if len(batches) == 2 * accumulate + 1 else return_value
+
+        hw.after(trainer, "loss", poison)
+        hw.add_callback(trainer, ht.NanGuard(sync=True))
+        try:
+            trainer.train()
+        except ht.NonFiniteError as exc:
+            result["nan"] = str(exc)
+        return result
+    trainer.train()
+    result.update(
+        engine=type(trainer.model_wrapped).__name__,
+        updates=updates,
+        global_step=trainer.state.global_step,
+        grad_norm=norm.history,
+        hf_grad_norm=[(row["step"], row["grad_norm"]) for row in trainer.state.log_history if "grad_norm" in row])
+    return result
+
+
+def engine(stage: int, accumulate: int) -> dict[str, Any]:
+    import deepspeed
+
+    from hookwrap.integrations import deepspeed as hw_deepspeed
+
+    hw_deepspeed.weave()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    config = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": accumulate,
+              "zero_optimization": {"stage": stage}, "zero_allow_untested_optimizer": True,
+              "gradient_clipping": 1.0}
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+    updates: list[int] = []
+    hw.after(engine, "optimizer_step", lambda self: updates.append(self.global_steps))
+    losses: list[float] = []
+    hw.before(engine, "backward", lambda self, loss: (losses.append(float(loss)), loss)[1])
+    norm = ht.GradNorm()
+    hw.add_callback(engine, norm)
+    deepspeeds: list[tuple[int, float]] = []
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(UPDATES * accumulate):
+        x = torch.randn(4, 8, generator=gen)
+        loss = engine(x).pow(2).mean()
+        engine.backward(loss)
+        boundary = engine.is_gradient_accumulation_boundary()
+        if boundary and not stage:  # no ZeRO: the parameters' gradients, before DeepSpeed clips them
+            by_hand = torch.stack([p.grad.norm() for p in model.parameters()]).norm()
+        engine.step()
+        if boundary:
+            deepspeeds.append((engine.global_steps, float(engine.get_global_grad_norm() if stage else by_hand)))
+    clip = None
+    hw.add_callback(engine, ht.GradClip(1.0))
+    try:
+        engine.backward(engine(torch.randn(4, 8, generator=gen)).pow(2).mean())
+    except hw.HookError as exc:
+        clip = str(exc)
+    return {"updates": updates, "global_steps": engine.global_steps, "grad_norm": norm.history,
+            "deepspeed_grad_norm": deepspeeds, "backward_losses": len(losses), "clip": clip,
+            "using_extension": hw.USING_EXTENSION}
+
+
+if __name__ == "__main__":
+    scenario, stage, accumulate = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    if scenario == "engine":
+        out = engine(stage, accumulate)
+    else:
+        out = hf(stage, accumulate, nan=scenario == "hf_nan")
+    print(json.dumps(out))
