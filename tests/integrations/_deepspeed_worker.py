@@ -4,6 +4,7 @@ one process on its CPU accelerator), printing its results as JSON on the last li
     python _deepspeed_worker.py hf STAGE ACCUMULATE        HF Trainer + the transformers preset
     python _deepspeed_worker.py hf_nan STAGE ACCUMULATE    ... with a NaN loss in update 3
     python _deepspeed_worker.py engine STAGE ACCUMULATE    a DeepSpeedEngine loop + the deepspeed preset
+    python _deepspeed_worker.py accelerate STAGE ACCUMULATE  an accelerate loop on DeepSpeed + its preset
 
 Tiny models built from configs, synthetic data: nothing is downloaded."""
 
@@ -111,10 +112,45 @@ def engine(stage: int, accumulate: int) -> dict[str, Any]:
             "using_extension": hw.USING_EXTENSION}
 
 
+def accelerate_loop(stage: int, accumulate: int) -> dict[str, Any]:
+    from accelerate import Accelerator
+    from accelerate.utils import DeepSpeedPlugin
+
+    from hookwrap.integrations import accelerate as hw_accelerate
+
+    hw_accelerate.weave()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    plugin = DeepSpeedPlugin(zero_stage=stage, gradient_accumulation_steps=accumulate, gradient_clipping=1.0)
+    accelerator = Accelerator(deepspeed_plugin=plugin)
+    gen = torch.Generator().manual_seed(1)
+    data = torch.utils.data.TensorDataset(torch.randn(4 * UPDATES * accumulate, 8, generator=gen))
+    loader = torch.utils.data.DataLoader(data, batch_size=4)
+    model, optimizer, loader = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.05), loader)
+    updates: list[int] = []
+    hw.after(accelerator, "optimizer_step", lambda self: updates.append(len(updates) + 1))
+    norm = ht.GradNorm(model=model)
+    hw.add_callback(accelerator, norm)
+    deepspeeds: list[tuple[int, float]] = []
+    for (x,) in loader:
+        with accelerator.accumulate(model):
+            loss = model(x).pow(2).mean()
+            accelerator.backward(loss)
+            if accelerator.sync_gradients:
+                engine = accelerator.deepspeed_engine_wrapped.engine
+                deepspeeds.append((engine.global_steps, float(engine.get_global_grad_norm())))
+            optimizer.step()
+            optimizer.zero_grad()
+    return {"updates": updates, "grad_norm": norm.history, "deepspeed_grad_norm": deepspeeds,
+            "engine": type(accelerator.deepspeed_engine_wrapped.engine).__name__}
+
+
 if __name__ == "__main__":
     scenario, stage, accumulate = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     if scenario == "engine":
         out = engine(stage, accumulate)
+    elif scenario == "accelerate":
+        out = accelerate_loop(stage, accumulate)
     else:
         out = hf(stage, accumulate, nan=scenario == "hf_nan")
     print(json.dumps(out))

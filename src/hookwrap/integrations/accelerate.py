@@ -48,8 +48,8 @@ from typing import Any, cast
 from .. import CallbackState
 
 from ..errors import HookError, StopTraining
-from ._weaving import (PresetHandle, _raw, _set, accumulates, counts_updates, routed, scales_loss, stage,
-                       target_class)
+from ._weaving import (PresetHandle, _raw, _set, accumulates, counts_updates, holds_gradients, routed, scales_loss,
+                       stage, target_class)
 
 __all__ = ["weave"]
 
@@ -63,6 +63,7 @@ def weave(accelerator: Any = None, *, stop: str = "raise") -> PresetHandle:
     ``remove()`` restores everything."""
     from accelerate import Accelerator
     from accelerate.optimizer import AcceleratedOptimizer
+    from accelerate.utils.deepspeed import DeepSpeedOptimizerWrapper
 
     where = "hookwrap.integrations.accelerate.weave()"
     if stop not in ("raise", "trigger"):
@@ -110,9 +111,20 @@ def weave(accelerator: Any = None, *, stop: str = "raise") -> PresetHandle:
         _set(handle, cast(Any, accelerator_module), "load_custom_state", load_custom_state_)
         _set(handle, cls, "prepare_optimizer", prepare)
         stage(handle, cls, "backward", "backward", **options)
-        optimizer_step = routed(handle, cls, "optimizer_step", AcceleratedOptimizer, "step", optimizer_owner, **options)
+        # On DeepSpeed, backward runs the update at the accumulation boundary and
+        # optimizer.step() is DeepSpeedOptimizerWrapper's no-op: still one call per update.
+        optimizer_step = routed(handle, cls, "optimizer_step", AcceleratedOptimizer, "step", optimizer_owner,
+                                also=(DeepSpeedOptimizerWrapper,), **options)
         accumulates(handle, cls, optimizer_step, ACCUMULATION)  # GradAccumulation refuses, naming it
         # A batch begins with its backward; the optimizer.step() calls accelerate skips count nothing.
         counts_updates(handle, cls, optimizer_step, ("backward",), None, "optimizer.step() calls accelerate runs")
         scales_loss(handle, cls, lambda accelerator: accelerator.scaler)  # mixed_precision="fp16"
+        holds_gradients(handle, cls, _deepspeed_grad_norm)  # ZeRO: DeepSpeed's own norm
     return handle
+
+
+def _deepspeed_grad_norm(accelerator: Any) -> Any:
+    """On DeepSpeed, its engine's norm of the latest update's gradients (what
+    ``accelerator.clip_grad_norm_`` returns there); else None."""
+    wrapped = getattr(accelerator, "deepspeed_engine_wrapped", None)
+    return None if wrapped is None else wrapped.engine.get_global_grad_norm
