@@ -5,6 +5,7 @@ one process on its CPU accelerator), printing its results as JSON on the last li
     python _deepspeed_worker.py hf_nan STAGE ACCUMULATE    ... with a NaN loss in update 3
     python _deepspeed_worker.py engine STAGE ACCUMULATE    a DeepSpeedEngine loop + the deepspeed preset
     python _deepspeed_worker.py accelerate STAGE ACCUMULATE  an accelerate loop on DeepSpeed + its preset
+    python _deepspeed_worker.py resume STAGE ACCUMULATE    the engine loop saved at update 2, resumed
 
 Tiny models built from configs, synthetic data: nothing is downloaded."""
 
@@ -112,6 +113,46 @@ def engine(stage: int, accumulate: int) -> dict[str, Any]:
             "using_extension": hw.USING_EXTENSION}
 
 
+def resume(stage: int, accumulate: int) -> dict[str, Any]:
+    """6 updates straight, and 2 then save_checkpoint, then a new engine that
+    load_checkpoint's and makes updates 3 to 6. GradNorm(every=3) measures at updates 3
+    and 6 when its count goes on from the checkpoint (at 5 only, were it lost)."""
+    import deepspeed
+
+    from hookwrap.integrations import deepspeed as hw_deepspeed
+
+    hw_deepspeed.weave()
+    config = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": accumulate,
+              "zero_optimization": {"stage": stage}, "zero_allow_untested_optimizer": True}
+
+    def make() -> tuple[Any, Any]:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+        engine, *_ = deepspeed.initialize(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05),
+                                          config=config)
+        norm = ht.GradNorm(every=3)
+        hw.add_callback(engine, norm)
+        return engine, norm
+
+    def train(engine: Any, first: int, last: int) -> None:  # updates first..last, the same batches
+        for i in range((first - 1) * accumulate, last * accumulate):
+            engine.backward(engine(torch.randn(4, 8, generator=torch.Generator().manual_seed(i))).pow(2).mean())
+            engine.step()
+
+    folder = tempfile.mkdtemp()
+    straight, straight_norm = make()
+    train(straight, 1, 6)
+    first, _ = make()
+    train(first, 1, 2)
+    first.save_checkpoint(folder)
+    resumed, resumed_norm = make()
+    resumed.load_checkpoint(folder)
+    train(resumed, 3, 6)
+    weights = [torch.equal(a, b) for a, b in zip(straight.module.parameters(), resumed.module.parameters())]
+    return {"straight": straight_norm.history, "resumed": resumed_norm.history, "same_weights": all(weights),
+            "files": sorted(os.listdir(os.path.join(folder, "global_step2")))}
+
+
 def accelerate_loop(stage: int, accumulate: int) -> dict[str, Any]:
     from accelerate import Accelerator
     from accelerate.utils import DeepSpeedPlugin
@@ -149,6 +190,8 @@ if __name__ == "__main__":
     scenario, stage, accumulate = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     if scenario == "engine":
         out = engine(stage, accumulate)
+    elif scenario == "resume":
+        out = resume(stage, accumulate)
     elif scenario == "accelerate":
         out = accelerate_loop(stage, accumulate)
     else:

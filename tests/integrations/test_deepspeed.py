@@ -79,3 +79,27 @@ def test_a_deepspeed_engine_loop_under_the_preset(stage, accumulate, pure):
         assert "GradClip on DeepSpeedEngine" in out["clip"] and "gradient_clipping" in out["clip"]
     else:
         assert out["clip"] is None
+
+
+@pytest.mark.parametrize(("stage", "accumulate"), [(1, 2), (2, 2), (3, 1)])
+def test_an_accelerate_loop_on_deepspeed_counts_its_updates_and_logs_its_norm(stage, accumulate):
+    """accelerate's DeepSpeedPlugin: accelerator.backward runs the update at the
+    boundary and optimizer.step() is a no-op wrapper that accelerate's DeepSpeed prepare
+    made (not prepare_optimizer): optimizer_step fires once per update, and GradNorm
+    is DeepSpeed's norm (what accelerator.clip_grad_norm_ returns there)."""
+    out = run("accelerate", stage, accumulate)
+    assert out["engine"] == "DeepSpeedEngine"
+    assert out["updates"] == list(range(1, UPDATES + 1))
+    assert same(out["grad_norm"], out["deepspeed_grad_norm"]), (out["grad_norm"], out["deepspeed_grad_norm"])
+
+
+@pytest.mark.parametrize("stage", [0, 2])
+def test_the_callbacks_state_rides_on_deepspeeds_checkpoint(stage):
+    """engine.save_checkpoint at update 2 writes hookwrap_callbacks.pt into the tag's
+    folder; a new engine's load_checkpoint gives it back: GradNorm(every=3) measures at
+    updates 3 and 6 with the uninterrupted run's norms (it would measure at 5 afresh),
+    and the weights are the uninterrupted run's."""
+    out = run("resume", stage, 2)
+    assert "hookwrap_callbacks.pt" in out["files"]
+    assert [step for step, _ in out["straight"]] == [3, 6]
+    assert same(out["resumed"], out["straight"]) and out["same_weights"]

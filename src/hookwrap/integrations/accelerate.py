@@ -16,7 +16,7 @@ Events, of the accelerator (accelerate 1.x):
 | event | what it is |
 |---|---|
 | ``backward`` | ``Accelerator.backward(loss, **kwargs)``: callbacks read ``loss`` (``NanGuard``, a loss-scaling ``before`` callback); ``GradNorm(model=...)`` after it |
-| ``optimizer_step`` | ``step()`` of an optimizer prepared by this accelerator (``AcceleratedOptimizer.step``, routed to the accelerator that prepared it; ``LRMonitor(optimizer=...)`` after it), once per real update: under ``accelerator.accumulate(model)`` the calls accelerate skips (gradients not synchronized yet) run without callbacks, so EMA, LRMonitor and the step counts follow the updates, as ``accelerator.step`` does |
+| ``optimizer_step`` | ``step()`` of an optimizer prepared by this accelerator (``AcceleratedOptimizer.step``, routed to the accelerator that prepared it; ``LRMonitor(optimizer=...)`` after it), once per real update: under ``accelerator.accumulate(model)`` the calls accelerate skips (gradients not synchronized yet) run without callbacks, so EMA, LRMonitor and the step counts follow the updates, as ``accelerator.step`` does; with a ``DeepSpeedPlugin``, accelerate's no-op ``DeepSpeedOptimizerWrapper.step`` once per update (DeepSpeed ran it inside ``backward``), where ``GradNorm`` reports DeepSpeed's norm |
 
 State: ``accelerator.register_for_checkpointing(hw.CallbackState(accelerator))`` saves
 the callbacks' state with ``accelerator.save_state``; with the preset woven,
@@ -84,6 +84,17 @@ def weave(accelerator: Any = None, *, stop: str = "raise") -> PresetHandle:
         owners[prepared] = weakref.ref(self)
         return prepared
 
+    prepare_deepspeed = _raw(cls, "_prepare_deepspeed", where)
+
+    def prepare_on_deepspeed(self: Any, *args: Any) -> Any:
+        # DeepSpeed's prepare wraps the optimizer itself (DeepSpeedOptimizerWrapper), not
+        # through prepare_optimizer.
+        prepared = prepare_deepspeed(self, *args)
+        for item in prepared:
+            if isinstance(item, AcceleratedOptimizer):
+                owners[item] = weakref.ref(self)
+        return prepared
+
     def optimizer_owner(optimizer: Any) -> Any:
         ref = owners.get(optimizer)
         if ref is None or not optimizer.gradient_state.sync_gradients:
@@ -110,6 +121,7 @@ def weave(accelerator: Any = None, *, stop: str = "raise") -> PresetHandle:
     with handle.building():
         _set(handle, cast(Any, accelerator_module), "load_custom_state", load_custom_state_)
         _set(handle, cls, "prepare_optimizer", prepare)
+        _set(handle, cls, "_prepare_deepspeed", prepare_on_deepspeed)
         stage(handle, cls, "backward", "backward", **options)
         # On DeepSpeed, backward runs the update at the accumulation boundary and
         # optimizer.step() is DeepSpeedOptimizerWrapper's no-op: still one call per update.

@@ -29,13 +29,22 @@ DeepSpeed computed for the update (``engine.get_global_grad_norm()``, what HF's
 last ``backward`` of the update. DeepSpeed accumulates and scales (``fp16``) itself:
 ``GradAccumulation`` and ``GradScaler`` are refused, naming its config.
 ``hw.StopTraining`` propagates into your loop.
+
+``engine.save_checkpoint(dir)`` writes the callbacks' state beside DeepSpeed's files
+(``dir/<tag>/hookwrap_callbacks.pt``, plain data) and ``engine.load_checkpoint(dir)``
+gives it back (read with ``torch.load(weights_only=True)``): best values, patience
+and counters go on from where they were, as the weights do.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
-from ._weaving import PresetHandle, accumulates, counts_updates, holds_gradients, routed, stage, target_class
+from .. import callback_state
+from ..extend import check_plain
+from ._weaving import (PresetHandle, accumulates, counts_updates, holds_gradients, patch, resume_from_folder, routed,
+                       stage, target_class)
 
 __all__ = ["weave"]
 
@@ -61,6 +70,7 @@ def weave(engine: Any = None) -> PresetHandle:
         counts_updates(handle, cls, optimizer_step, ("forward", "backward"), _global_steps,
                        "engine.global_steps")
         holds_gradients(handle, cls, _grad_norm)
+        _checkpoint_callbacks(handle, cls)
     return handle
 
 
@@ -81,3 +91,36 @@ def _grad_norm(engine: Any) -> Any:
     """Under ZeRO, DeepSpeed's norm of the latest update; without (stage 0) the
     parameters hold the gradients until ``step()``, and GradNorm reads them."""
     return engine.get_global_grad_norm if engine.zero_optimization_stage() else None
+
+
+STATE_FILE = "hookwrap_callbacks.pt"
+
+
+def _checkpoint_callbacks(handle: PresetHandle, cls: type) -> None:
+    """The callbacks' state rides on DeepSpeed's checkpoints: written into the tag's
+    folder by ``save_checkpoint``, given back by ``load_checkpoint``."""
+    import torch
+
+    def make_save(original: Any, layer: Any) -> Any:
+        def save_checkpoint(self: Any, save_dir: Any, tag: Any = None, *args: Any, **kwargs: Any) -> Any:
+            folder = os.path.join(save_dir, f"global_step{self.global_steps}" if tag is None else str(tag))
+            result = original(self, save_dir, tag, *args, **kwargs)
+            if not layer.removed:
+                state = callback_state(self)  # on every rank: settling may be a collective
+                if state and self.global_rank == 0:
+                    check_plain(state, "hookwrap.integrations.deepspeed", "hw.callback_state(engine)")
+                    torch.save(state, os.path.join(folder, STATE_FILE))
+            return result
+        return save_checkpoint
+
+    def make_load(original: Any, layer: Any) -> Any:
+        def load_checkpoint(self: Any, load_dir: Any, *args: Any, **kwargs: Any) -> Any:
+            result = original(self, load_dir, *args, **kwargs)
+            load_path = result[0] if isinstance(result, tuple) and result else None
+            if not layer.removed and load_path is not None:
+                resume_from_folder(self, os.path.dirname(load_path), STATE_FILE)
+            return result
+        return load_checkpoint
+
+    patch(handle, cls, "save_checkpoint", make_save)
+    patch(handle, cls, "load_checkpoint", make_load)

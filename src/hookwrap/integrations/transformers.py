@@ -16,7 +16,7 @@ Events (transformers 5.x; ``Trainer`` methods unless said):
 | ``step`` | ``training_step``: forward, loss, backward of one batch (returns the loss) |
 | ``loss`` | ``compute_loss``, **only when ``training_step`` calls it**: ``evaluate()`` reuses it in ``prediction_step``, where callbacks do not fire, so a loss-scaling callback never changes ``eval_loss`` |
 | ``backward`` | ``Accelerator.backward(loss)`` called during this trainer's run, as an event of the trainer (NanGuard and GradNorm read ``loss``, ``trainer.model``) |
-| ``optimizer_step`` | ``self.optimizer.step()`` (``AcceleratedOptimizer.step``) during the run |
+| ``optimizer_step`` | ``self.optimizer.step()`` (``AcceleratedOptimizer.step``) during the run; on DeepSpeed accelerate's no-op ``DeepSpeedOptimizerWrapper.step``, once per update (DeepSpeed ran it inside ``backward``), where ``GradNorm`` reports DeepSpeed's norm, HF's ``grad_norm`` |
 | ``evaluate`` | ``evaluate``: returns the metrics mapping (``eval_loss``, ...), which ``EarlyStopping("eval_loss")`` and ``BestCheckpoint`` read |
 | ``log`` | each row the trainer logs (``Trainer.log``): the row as ``state.log_history`` has it, ``step`` being ``global_step``. With it ``MetricsLogger`` logs what HF logs, where HF logs it: under gradient accumulation the optimizer step's loss (its micro-batches' shares added), every ``logging_steps`` updates, and the evaluations' metrics |
 
