@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
                        help="only the implementation in use, in this process")
     run = commands.add_parser(
         "run", usage="%(prog)s [-h] [--preset NAME] [--weave [EVENT=]MODULE:ATTR] [--train-only EVENT] "
-                     "[--only 'EVENT: CONDITION'] [--callback EXPR] script [args ...]",
+                     "[--only 'EVENT: CONDITION'] [--callback EXPR] [--stop-as EXCEPTION] script [args ...]",
         help="run a script with weaves and callbacks applied from outside",
         description="Run SCRIPT as `python SCRIPT ARGS...` would (its argv, __main__, sys.path and "
                     "exit status), with join points woven and callbacks registered from outside.",
@@ -68,6 +68,11 @@ def main(argv: list[str] | None = None) -> int:
                      help="a Python expression making a callback, with hw and hookwrap.torch's names in scope "
                           "(\"NanGuard(events='loss')\"), and the modules it names imported "
                           "(\"mypackage.callbacks.Saver()\"); registered on the global tier")
+    run.add_argument("--stop-as", metavar="EXCEPTION",
+                     help="deliver a callback's stop (EarlyStopping, TimeLimit) to the script as EXCEPTION "
+                          "(KeyboardInterrupt, or MODULE:NAME), raised from the --weave join point where it "
+                          "was decided, so that a script leaving training early its own way (except "
+                          "KeyboardInterrupt:) runs its ending; by default the stop ends the script there")
     # One REMAINDER for the script and its arguments: argparse hands it what follows
     # the script as written. A positional `script` of its own would take a `--` right
     # after it as its own end-of-options mark, and the script would never see it
@@ -84,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         if not command:
             run.error("the following arguments are required: script")
         return run_script(command[0], command[1:], args.preset, args.weave, args.callback,
-                          train_only=args.train_only, only=args.only)
+                          train_only=args.train_only, only=args.only, stop_as=args.stop_as)
     if args.command == "demo":
         return _demo(demo, args)
     from ._bench import main as bench_main

@@ -36,7 +36,11 @@ gradients are enabled (an evaluation under ``torch.no_grad()`` calls it plain);
 ``--only 'EVENT: CONDITION'`` only when CONDITION, an expression of the call's
 arguments and the script's globals, is true (``'evaluate: data_source is val_data'``).
 A ``StopTraining`` a callback raises ends the script: a line saying why on stderr,
-exit status 0. Callbacks with a ``summary()`` (``StepTimer``, ``Throughput``)
+exit status 0. ``--stop-as EXCEPTION`` (``KeyboardInterrupt``, or ``MODULE:NAME``)
+delivers it to the script as that exception instead, raised from the call of the
+``--weave`` join point where the stop was decided, so a script that leaves training
+early its own way (``except KeyboardInterrupt:``) runs its ending (loading its best
+model, a test evaluation). Callbacks with a ``summary()`` (``StepTimer``, ``Throughput``)
 print it at the end. Bad input exits with status 2 and a message naming it
 and the fix, before the script runs wherever that can be known.
 """
@@ -126,6 +130,9 @@ class Runner:
     callback_exprs: list[str] = field(default_factory=list)
     train_only: list[str] = field(default_factory=list)  # events whose woven functions fire only with grad on
     only: list[str] = field(default_factory=list)  # "EVENT: EXPR": a woven function fires when EXPR is true
+    stop_as: str | None = None  # --stop-as: the exception a stop is delivered to the script as
+    _stop_as: Any = None  # its class, resolved before the script runs
+    stopped: list[str] = field(default_factory=list)  # stops delivered as _stop_as: why
     _conditions: dict[str, str] = field(default_factory=dict)  # event -> the EXPR of --only
     _fired: dict[str, str] = field(default_factory=dict)  # event -> its --weave, until it fires
     handles: list[Any] = field(default_factory=list)  # weaves and registrations, to remove
@@ -187,6 +194,12 @@ class Runner:
                 f"{', '.join(defined) or '(none)'}. Weave one of those, or the module that defines it "
                 f"(MODULE:NAME)."
             )
+        if self.stop_as is not None:
+            self._stop_as = _exception_class(self.stop_as)
+            if not self.weaves:
+                raise BadInput(f"{PROG}: --stop-as {self.stop_as!r}: it delivers a stop decided on a join point "
+                               f"--weave makes, and there is none. Weave the function the stop is decided on "
+                               f"(--weave evaluate=__main__:evaluate).")
         self._apply_presets()
         for target in self.weaves:
             if not target.in_script:
@@ -232,9 +245,11 @@ class Runner:
                 # applied) is missing here; anything else missing is a bug, and goes on.
                 if (exc.name or "").split(".")[0] != preset.framework:
                     raise
+                how = (f"DS_BUILD_OPS=0 pip install --no-build-isolation 'hookwrap[{preset.extra}]' torch==2.13.0"
+                       if preset.extra == "deepspeed" else f"pip install 'hookwrap[{preset.extra}]' torch==2.13.0")
                 raise BadInput(f"{PROG}: --preset {name!r} needs {preset.framework}, which is not "
-                               f"installed here: install it (pip install 'hookwrap[{preset.extra}]' "
-                               f"torch==2.13.0, or your own version of {preset.framework}).") from None
+                               f"installed here: install it ({how}, or your own version of "
+                               f"{preset.framework}).") from None
             except HookError as exc:
                 raise BadInput(f"{PROG}: --preset {name!r}: {exc}") from None
 
@@ -276,9 +291,20 @@ class Runner:
         except HookError as exc:
             raise BadInput(f"{PROG}: --weave {target.spec!r}: {exc}") from None
         self.handles.append(handle)
+        if self._stop_as is not None:  # a stop raised through it leaves it as the script's own exception
+            from .extend import guard
+
+            guard(vars(container)[target.attr] if isinstance(container, type) else getattr(container, target.attr),
+                  self._deliver_stop)
         event = target.event or target.attr
         if event in self.train_only or event in self._conditions:
             self.handles.append(_Gate(target, container, event in self.train_only, self._conditions.get(event)))
+
+    def _deliver_stop(self, obj: Any, stop: StopTraining, *call: Any) -> Any:
+        """``--stop-as``: the join point's guard (run only when its callbacks run) turns
+        a stop into the script's own early exit, chained to it."""
+        self.stopped.append(str(stop))
+        raise self._stop_as(f"{PROG}: stopped: {stop}") from stop
 
     def _evaluate(self, expr: Any) -> Any:
         import hookwrap
@@ -401,6 +427,29 @@ class Runner:
                              f"where cross_entropy was woven, or skip it on this run).")
         self._fired.clear()
         return lines
+
+
+def _exception_class(spec: str) -> Any:
+    """``--stop-as``'s exception class: a builtin's name or ``MODULE:NAME``."""
+    import builtins
+
+    module_name, colon, name = spec.rpartition(":")
+    where = f"{PROG}: --stop-as {spec!r}"
+    if not colon:
+        found = getattr(builtins, spec, None)
+        if found is None:
+            raise BadInput(f"{where}: no built-in exception of that name.{closest(spec, dir(builtins))} Give "
+                           f"KeyboardInterrupt (what a script that leaves training early on Ctrl-C catches), "
+                           f"or MODULE:NAME for an exception of a module.")
+    else:
+        try:
+            found = getattr(importlib.import_module(module_name), name)
+        except (ImportError, AttributeError) as exc:
+            raise BadInput(f"{where}: {exc}. Give MODULE:NAME of an exception class.") from None
+    if not (isinstance(found, type) and issubclass(found, BaseException)) or issubclass(found, StopTraining):
+        raise BadInput(f"{where}: not an exception class the script could catch instead of hookwrap's stop "
+                       f"(got {found!r}). Give one such as KeyboardInterrupt.")
+    return found
 
 
 class _Fired(Callback):
@@ -674,15 +723,18 @@ def _script_traceback(tb: TracebackType | None) -> TracebackType | None:
 
 
 def run(script: str, args: Sequence[str] = (), presets: Sequence[str] = (), weaves: Sequence[str] = (),
-        callbacks: Sequence[Any] = (), train_only: Sequence[str] = (), only: Sequence[str] = ()) -> int:
+        callbacks: Sequence[Any] = (), train_only: Sequence[str] = (), only: Sequence[str] = (),
+        stop_as: str | None = None) -> int:
     """Run ``script`` with ``args`` as ``python script.py args`` would, with the presets,
     weaves and callbacks applied, then undo them all; returns the exit status (the
     script's ``sys.exit`` code; 1 after printing an uncaught exception; 2 for bad
     input, printed to stderr). ``callbacks`` are ``--callback`` expressions, or
     callback objects (``Callback`` instances, ``("event", fn)`` pairs). ``train_only``:
     events of woven functions whose calls fire callbacks only with gradients enabled;
-    ``only``: ``"EVENT: CONDITION"``, those that fire only when the condition holds."""
-    runner = Runner(script, list(args), list(presets), [], list(callbacks), list(train_only), list(only))
+    ``only``: ``"EVENT: CONDITION"``, those that fire only when the condition holds.
+    ``stop_as``: the exception a stop is delivered to the script as (``--stop-as``)."""
+    runner = Runner(script, list(args), list(presets), [], list(callbacks), list(train_only), list(only),
+                    stop_as)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     saved_main = sys.modules.get("__main__")
     _active.append(runner)
@@ -718,10 +770,21 @@ def run(script: str, args: Sequence[str] = (), presets: Sequence[str] = (), weav
             print(f"{PROG}: stopped: {stop} (the script ended there: its code after that point did not run)",
                   file=sys.stderr)
             return 0
-        except Exception as exc:
+        except BaseException as exc:
+            if runner._stop_as is not None and isinstance(exc, runner._stop_as) \
+                    and isinstance(exc.__cause__, StopTraining):
+                # Delivered as the script's own early exit, which it did not catch: a stop all the same.
+                print(f"{PROG}: stopped: {exc.__cause__} (delivered as {runner._stop_as.__name__}, which the "
+                      f"script did not catch: its code after that point did not run)", file=sys.stderr)
+                return 0
+            if not isinstance(exc, Exception):
+                raise
             tb = _script_traceback(exc.__traceback__)
             sys.excepthook(type(exc), exc.with_traceback(tb), tb)
             return 1
+        if runner.stopped:
+            print(f"{PROG}: stopped: {runner.stopped[-1]} (delivered as {runner._stop_as.__name__}: the "
+                  f"script's own ending ran)", file=sys.stderr)
         return 0
     finally:
         _active.remove(runner)

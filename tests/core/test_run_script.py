@@ -710,3 +710,59 @@ def test_a_preset_whose_framework_is_not_installed_exits_2_saying_what_to_instal
     assert capsys.readouterr().err == (
         f"hookwrap run: --preset {preset!r} needs {framework}, which is not installed here: install it "
         f"(pip install 'hookwrap[{extra}]' torch==2.13.0, or your own version of {framework}).\n")
+
+
+_LEAVES_EARLY = """
+    def evaluate(epoch):
+        return [3.0, 2.0, 2.5, 2.6, 2.7, 2.8][epoch]
+    history = []
+    try:
+        for epoch in range(6):
+            history.append(evaluate(epoch))
+            print(f"epoch {epoch} val {history[-1]}")
+    except KeyboardInterrupt:  # as pytorch/examples word_language_model leaves training early
+        print("Exiting from training early")
+    print(f"test loss {min(history)}")
+"""
+
+
+def test_stop_as_delivers_the_stop_as_the_scripts_own_early_exit(hw, tmp_path, capsys):
+    """--stop-as KeyboardInterrupt: EarlyStopping's stop reaches the script as the
+    KeyboardInterrupt it catches to leave training early, so its ending runs (the
+    test evaluation); status 0 and a line on stderr saying so. Without it the stop
+    ends the script where it was decided."""
+    probe = _script(tmp_path, _LEAVES_EARLY)
+    run = _runner(hw).run
+    options = dict(weaves=["evaluate=__main__:evaluate"], callbacks=["EarlyStopping('return_value', patience=2)"])
+    status = run(str(probe), [], stop_as="KeyboardInterrupt", **options)
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    assert out.splitlines() == [f"epoch {e} val {v}" for e, v in enumerate([3.0, 2.0, 2.5])] + [
+        "Exiting from training early", "test loss 2.0"]
+    assert "stopped: EarlyStopping" in err and "delivered as KeyboardInterrupt: the script's own ending ran" in err
+    assert run(str(probe), [], **options) == 0
+    out, err = capsys.readouterr()
+    assert "test loss" not in out and "its code after that point did not run" in err
+
+
+def test_stop_as_a_stop_the_script_does_not_catch_still_ends_it_as_a_stop(hw, tmp_path, capsys):
+    probe = _script(tmp_path, _LEAVES_EARLY.replace("except KeyboardInterrupt:", "except ValueError:"))
+    status = _runner(hw).run(str(probe), [], weaves=["evaluate=__main__:evaluate"], stop_as="KeyboardInterrupt",
+                             callbacks=["EarlyStopping('return_value', patience=2)"])
+    out, err = capsys.readouterr()
+    assert status == 0 and "test loss" not in out
+    assert "delivered as KeyboardInterrupt, which the script did not catch" in err
+
+
+@pytest.mark.parametrize(("stop_as", "weaves", "message"), [
+    ("KeyboardInterupt", ["evaluate=__main__:evaluate"], r"no built-in exception of that name\. Did you mean "
+                                                         r"'KeyboardInterrupt'"),
+    ("hookwrap:StopTraining", ["evaluate=__main__:evaluate"], r"not an exception class the script could catch"),
+    ("no_such_module:Error", ["evaluate=__main__:evaluate"], r"No module named 'no_such_module'"),
+    ("KeyboardInterrupt", [], r"there is none\. Weave the function the stop is decided on"),
+])
+def test_stop_as_is_checked_before_the_script_runs(hw, tmp_path, capsys, stop_as, weaves, message):
+    probe = _script(tmp_path, "def evaluate():\n    return 1.0\nprint('ran')\n")
+    assert _runner(hw).run(str(probe), [], weaves=weaves, stop_as=stop_as) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and re.search(message, err), err
