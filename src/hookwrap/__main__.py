@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
                        help="only the implementation in use, in this process")
     run = commands.add_parser(
         "run", usage="%(prog)s [-h] [--preset NAME] [--weave [EVENT=]MODULE:ATTR] [--train-only EVENT] "
-                     "[--only 'EVENT: CONDITION'] [--callback EXPR] [--stop-as EXCEPTION] script [args ...]",
+                     "[--only 'EVENT: CONDITION'] [--callback EXPR] [--stop-as EXCEPTION] [--state FILE] script [args ...]",
         help="run a script with weaves and callbacks applied from outside",
         description="Run SCRIPT as `python SCRIPT ARGS...` would (its argv, __main__, sys.path and "
                     "exit status), with join points woven and callbacks registered from outside.",
@@ -73,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
                           "(KeyboardInterrupt, or MODULE:NAME), raised from the --weave join point where it "
                           "was decided, so that a script leaving training early its own way (except "
                           "KeyboardInterrupt:) runs its ending; by default the stop ends the script there")
+    run.add_argument("--state", metavar="FILE",
+                     help="keep the callbacks' state across the script's own resume: each torch.save of the "
+                          "script writes it to FILE, and its torch.load of that checkpoint (--init_from=resume) "
+                          "gives it back, so best values, patience and step counts go on")
     # One REMAINDER for the script and its arguments: argparse hands it what follows
     # the script as written. A positional `script` of its own would take a `--` right
     # after it as its own end-of-options mark, and the script would never see it
@@ -89,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         if not command:
             run.error("the following arguments are required: script")
         return run_script(command[0], command[1:], args.preset, args.weave, args.callback,
-                          train_only=args.train_only, only=args.only, stop_as=args.stop_as)
+                          train_only=args.train_only, only=args.only, stop_as=args.stop_as,
+                          state=args.state)
     if args.command == "demo":
         return _demo(demo, args)
     from ._bench import main as bench_main

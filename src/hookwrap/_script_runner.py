@@ -40,7 +40,9 @@ exit status 0. ``--stop-as EXCEPTION`` (``KeyboardInterrupt``, or ``MODULE:NAME`
 delivers it to the script as that exception instead, raised from the call of the
 ``--weave`` join point where the stop was decided, so a script that leaves training
 early its own way (``except KeyboardInterrupt:``) runs its ending (loading its best
-model, a test evaluation). Callbacks with a ``summary()`` (``StepTimer``, ``Throughput``)
+model, a test evaluation). ``--state FILE``: each ``torch.save`` of the script writes
+the callbacks' state to FILE, and its ``torch.load`` of that same checkpoint (its own
+resume) gives it back (``_script_state``). Callbacks with a ``summary()`` (``StepTimer``, ``Throughput``)
 print it at the end. Bad input exits with status 2 and a message naming it
 and the fix, before the script runs wherever that can be known.
 """
@@ -133,6 +135,8 @@ class Runner:
     stop_as: str | None = None  # --stop-as: the exception a stop is delivered to the script as
     _stop_as: Any = None  # its class, resolved before the script runs
     stopped: list[str] = field(default_factory=list)  # stops delivered as _stop_as: why
+    state: str | None = None  # --state FILE: the callbacks' state rides on the script's checkpoints
+    _state: Any = None  # its ScriptState, installed before the script runs
     _conditions: dict[str, str] = field(default_factory=dict)  # event -> the EXPR of --only
     _fired: dict[str, str] = field(default_factory=dict)  # event -> its --weave, until it fires
     handles: list[Any] = field(default_factory=list)  # weaves and registrations, to remove
@@ -200,6 +204,8 @@ class Runner:
                 raise BadInput(f"{PROG}: --stop-as {self.stop_as!r}: it delivers a stop decided on a join point "
                                f"--weave makes, and there is none. Weave the function the stop is decided on "
                                f"(--weave evaluate=__main__:evaluate).")
+        if self.state is not None:
+            self._install_state(self.state)
         self._apply_presets()
         for target in self.weaves:
             if not target.in_script:
@@ -213,6 +219,23 @@ class Runner:
         _inject(tree, positions)
         # Named by its absolute path, as __file__ is: tracebacks find the source after a chdir.
         return compile(tree, os.path.abspath(path), "exec", dont_inherit=True)
+
+    def _install_state(self, path: str) -> None:
+        from ._script_state import ScriptState
+
+        if os.path.isdir(path):
+            raise BadInput(f"{PROG}: --state {path!r} is a folder. Give the path of a file (run.state.pt).")
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            raise BadInput(f"{PROG}: --state needs torch (it rides on torch.save and torch.load).") from None
+        state = ScriptState(path)
+        try:
+            state._record()  # a file there already must be one hookwrap wrote: said now, not mid-run
+        except HookError as exc:
+            raise BadInput(str(exc)) from None
+        state.install()
+        self._state = state
 
     def _alias_script_module(self) -> None:
         """``--weave train:fn`` where ``train`` is the script itself: its ``__main__``."""
@@ -371,6 +394,10 @@ class Runner:
             except HookError as exc:
                 raise BadInput(f"{PROG}: --callback {expr!r}: {exc}") from None
             self._attached.append(cb)
+        if self._state is not None:
+            tracker = self._state.attach(self._attached)
+            if tracker is not None:
+                self.handles.append(tracker)
 
     # --- while the script runs ---------------------------------------------------
 
@@ -411,6 +438,8 @@ class Runner:
     # --- after ----------------------------------------------------------------------
 
     def undo(self) -> None:
+        if self._state is not None:
+            self._state.remove()
         for handle in reversed(self.handles):
             handle.remove()
         self.handles.clear()
@@ -724,7 +753,7 @@ def _script_traceback(tb: TracebackType | None) -> TracebackType | None:
 
 def run(script: str, args: Sequence[str] = (), presets: Sequence[str] = (), weaves: Sequence[str] = (),
         callbacks: Sequence[Any] = (), train_only: Sequence[str] = (), only: Sequence[str] = (),
-        stop_as: str | None = None) -> int:
+        stop_as: str | None = None, state: str | None = None) -> int:
     """Run ``script`` with ``args`` as ``python script.py args`` would, with the presets,
     weaves and callbacks applied, then undo them all; returns the exit status (the
     script's ``sys.exit`` code; 1 after printing an uncaught exception; 2 for bad
@@ -732,9 +761,11 @@ def run(script: str, args: Sequence[str] = (), presets: Sequence[str] = (), weav
     callback objects (``Callback`` instances, ``("event", fn)`` pairs). ``train_only``:
     events of woven functions whose calls fire callbacks only with gradients enabled;
     ``only``: ``"EVENT: CONDITION"``, those that fire only when the condition holds.
-    ``stop_as``: the exception a stop is delivered to the script as (``--stop-as``)."""
+    ``stop_as``: the exception a stop is delivered to the script as (``--stop-as``);
+    ``state``: the file the callbacks' state rides on the script's checkpoints in
+    (``--state``)."""
     runner = Runner(script, list(args), list(presets), [], list(callbacks), list(train_only), list(only),
-                    stop_as)
+                    stop_as, state=state)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     saved_main = sys.modules.get("__main__")
     _active.append(runner)

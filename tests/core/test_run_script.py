@@ -766,3 +766,93 @@ def test_stop_as_is_checked_before_the_script_runs(hw, tmp_path, capsys, stop_as
     assert _runner(hw).run(str(probe), [], weaves=weaves, stop_as=stop_as) == 2
     out, err = capsys.readouterr()
     assert out == "" and re.search(message, err), err
+
+
+_RESUMES_ITSELF = """
+    import argparse, os
+    import torch
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out")
+    parser.add_argument("--iters", type=int)
+    parser.add_argument("--resume", action="store_true")
+    args = parser.parse_args()
+    VALS = [5.0, 4.0, 3.0, 3.5, 3.6, 3.7, 3.8, 3.9, 4.0, 4.1, 4.2]
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    iter_num = 0
+    ckpt = os.path.join(args.out, "ckpt.pt")
+    if args.resume:  # as nanoGPT's --init_from=resume
+        checkpoint = torch.load(ckpt)
+        model.load_state_dict(checkpoint["model"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        iter_num = checkpoint["iter_num"]
+    def estimate_loss():
+        return VALS[iter_num // 2]
+    while iter_num < args.iters:
+        if iter_num % 2 == 0:  # nanoGPT: evaluate, then save, at the top of the iteration
+            print(f"iter {iter_num}: val {estimate_loss()}")
+            if iter_num > 0:
+                torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                            "iter_num": iter_num}, ckpt)
+        loss = model(torch.ones(8, 4) * iter_num).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        iter_num += 1
+    print("done", iter_num)
+"""
+
+
+def test_state_goes_on_across_the_scripts_own_resume(hw, tmp_path, capsys):
+    """--state: the script saves at iter 6 and ends at 7; resumed from its checkpoint it
+    evaluates iter 6 again. EarlyStopping then stops at iter 8 with the message the
+    uninterrupted run gives (its patience and step count went on, and the evaluation
+    redone counted once); afresh (no --state) it runs on to iter 10."""
+    probe = _script(tmp_path, _RESUMES_ITSELF)
+    run = _runner(hw).run
+    options = dict(presets=["torch_optim"], weaves=["evaluate=__main__:estimate_loss"],
+                   callbacks=["EarlyStopping('return_value', patience=2)"])
+
+    def ran(folder: str, *args: str, state: str | None = None) -> tuple[list[str], str]:
+        (tmp_path / folder).mkdir(exist_ok=True)
+        status = run(str(probe), ["--out", str(tmp_path / folder), *args], state=state, **options)
+        out, err = capsys.readouterr()
+        assert status == 0, err
+        return out.splitlines(), next((line for line in err.splitlines() if "stopped:" in line), "")
+
+    straight, straight_stop = ran("straight", "--iters", "20")
+    assert straight[-1] == "iter 6: val 3.5" and "at step 4, now 3.6" in straight_stop  # iter 8's unprinted
+    state = str(tmp_path / "run" / "hookwrap.state.pt")
+    first, _ = ran("run", "--iters", "7", state=state)
+    assert first[-1] == "done 7" and os.path.isfile(state)
+    resumed, resumed_stop = ran("run", "--iters", "20", "--resume", state=state)
+    assert resumed == ["iter 6: val 3.5"] and resumed_stop == straight_stop
+    capsys.readouterr()
+    ran("fresh", "--iters", "7")
+    shutil.copy(tmp_path / "run" / "ckpt.pt", tmp_path / "fresh" / "ckpt.pt")
+    afresh, _ = ran("fresh", "--iters", "20", "--resume")
+    assert afresh[-1] == "iter 8: val 3.6"  # stopped at iter 10
+
+
+def test_state_of_another_checkpoint_or_a_changed_one_is_not_taken(hw, tmp_path, capsys):
+    probe = _script(tmp_path, _RESUMES_ITSELF)
+    run = _runner(hw).run
+    options = dict(presets=["torch_optim"], weaves=["evaluate=__main__:estimate_loss"],
+                   callbacks=["EarlyStopping('return_value', patience=2)"], state=str(tmp_path / "s.pt"))
+    assert run(str(probe), ["--out", str(tmp_path), "--iters", "7"], **options) == 0
+    capsys.readouterr()
+    torch.save({"model": {}, "optimizer": {}, "iter_num": 6}, tmp_path / "ckpt.pt")  # saved outside the run
+    assert run(str(probe), ["--out", str(tmp_path), "--iters", "20", "--resume"], **options) == 1
+    err = capsys.readouterr().err
+    assert "changed since the callbacks' state was saved with it" in err  # said; then the script's own error
+
+
+def test_state_that_is_not_a_state_file_is_refused_before_the_script_runs(hw, tmp_path, capsys):
+    probe = _script(tmp_path, "print('ran')\n")
+    torch.save({"something": 1}, tmp_path / "other.pt")
+    assert _runner(hw).run(str(probe), [], state=str(tmp_path / "other.pt")) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "not a state file hookwrap run wrote" in err
+    assert _runner(hw).run(str(probe), [], state=str(tmp_path)) == 2
+    assert "is a folder" in capsys.readouterr().err

@@ -1,0 +1,224 @@
+"""``hookwrap run --state FILE``: the callbacks' state rides on the script's own
+checkpoints, so a script's own resume (nanoGPT's ``--init_from=resume``) resumes the
+callbacks too: best values, patience, step counters.
+
+Each time the script saves to a file with ``torch.save``, the state of every stateful
+callback of the run is written to ``FILE`` for that file (with its size and
+modification time). When the script loads that very checkpoint with ``torch.load``
+(before the callbacks exist, or after), they get the state saved with it back.
+
+A script that saves right after an evaluation and resumes at the top of that same
+iteration (nanoGPT: ``iter_num`` saved, the loop resumed at it) evaluates again: that
+evaluation replaces the one the checkpoint saw, so EarlyStopping's patience is not
+spent twice. Where the run has a ``step`` join point, the state from before that
+evaluation is saved too, and the first evaluation after the resume that comes before
+any step decides from it. A
+checkpoint changed since (a save that ended before ``FILE`` was written) is said, and
+the callbacks start afresh. ``FILE`` is plain data, read with
+``torch.load(weights_only=True)``, and written whole or not at all."""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+from typing import Any, Callable
+
+from ._callback import Callback
+from .errors import HookError
+
+__all__ = ["ScriptState"]
+
+PROG = "hookwrap run"
+
+
+def _path_of(f: Any) -> str | None:
+    return os.path.abspath(os.fspath(f)) if isinstance(f, (str, os.PathLike)) else None
+
+
+def _stamp(path: str) -> dict[str, Any]:
+    info = os.stat(path)
+    return {"path": path, "size": info.st_size, "mtime_ns": info.st_mtime_ns}
+
+
+class ScriptState:
+    """One run's ``--state FILE``: ``install()`` before the script runs (it wraps
+    ``torch.save`` and ``torch.load``), ``attach(callbacks)`` once they are registered,
+    ``remove()`` at the end."""
+
+    def __init__(self, path: str) -> None:
+        self.path = os.path.abspath(path)
+        self.callbacks: list[Any] | None = None
+        self._pending: dict[str, Any] | None = None  # loaded before the callbacks existed
+        self._originals: tuple[Callable[..., Any], Callable[..., Any]] | None = None
+        self.restored_from: str | None = None
+        self._checkpoints: dict[str, Any] | None = None
+        self._before_evaluation: dict[str, Any] | None = None  # the state before this step's evaluation
+        self._redo: dict[str, Any] | None = None  # restored: the state an evaluation redone decides from
+        self._tracker: Any = None
+
+    # --- the torch functions the script calls --------------------------------------
+
+    def install(self) -> None:
+        import torch
+
+        save, load = torch.save, torch.load
+        self._originals = (save, load)
+
+        def save_then_state(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
+            result = save(obj, f, *args, **kwargs)
+            path = _path_of(f)
+            if path is not None and path != self.path and self.callbacks is not None and self._originals:
+                self._write(save, path)
+            return result
+
+        def load_then_state(f: Any, *args: Any, **kwargs: Any) -> Any:
+            result = load(f, *args, **kwargs)
+            path = _path_of(f)
+            if path is not None and path != self.path and self._originals and (
+                    self._checkpoints is not None or os.path.isfile(self.path)):
+                self._loaded(path)
+            return result
+
+        save_then_state.__wrapped__ = save  # type: ignore[attr-defined]
+        load_then_state.__wrapped__ = load  # type: ignore[attr-defined]
+        torch.save, torch.load = save_then_state, load_then_state
+
+    def remove(self) -> None:
+        if self._originals is not None:
+            import torch
+
+            torch.save, torch.load = self._originals
+            self._originals = None
+
+    # --- writing and reading FILE ---------------------------------------------------
+
+    def _keyed(self) -> dict[str, Any]:
+        keyed: dict[str, Any] = {}
+        for cb in self.callbacks or ():
+            if not (callable(getattr(cb, "state_dict", None)) and callable(getattr(cb, "load_state_dict", None))):
+                continue
+            base = getattr(cb, "state_key", type(cb).__qualname__)
+            key, n = base, 1
+            while key in keyed:
+                n += 1
+                key = f"{base}#{n}"
+            keyed[key] = cb
+        return keyed
+
+    def _record(self) -> dict[str, Any]:
+        """FILE's checkpoints: path -> the checkpoint's stamp and the callbacks' state
+        when it was saved (read once, then kept up to date here)."""
+        if self._checkpoints is None:
+            from ._plain import weights_only_load
+
+            record: Any = {}
+            if os.path.isfile(self.path):
+                record = weights_only_load(self.path, f"{PROG} --state {self.path}")
+                if not isinstance(record, dict) or not isinstance(record.get("checkpoints"), dict):
+                    raise HookError(f"{PROG}: --state {self.path}: not a state file hookwrap run wrote. Give "
+                                    f"another path, or remove it.")
+            self._checkpoints = dict(record.get("checkpoints", {}))
+        return self._checkpoints
+
+    def _write(self, save: Callable[..., Any], checkpoint: str) -> None:
+        from ._plain import check_plain
+
+        state = self._state_now()
+        check_plain(state, f"{PROG} --state", "the callbacks' state")
+        checkpoints = self._record()
+        checkpoints[checkpoint] = {"stamp": _stamp(checkpoint), "callbacks": state,
+                                   "before_evaluation": self._before_evaluation}
+        partial = f"{self.path}.{os.getpid()}.tmp"
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        try:
+            save({"checkpoints": checkpoints}, partial)
+            os.replace(partial, self.path)  # whole or not at all
+        finally:
+            if os.path.exists(partial):
+                os.remove(partial)
+
+    def _loaded(self, checkpoint: str) -> None:
+        saved = self._record().get(checkpoint)
+        if saved is None:
+            return  # a file the script loads that no state goes with (its data, a tokenizer)
+        if saved["stamp"] != _stamp(checkpoint):
+            print(f"{PROG}: --state {self.path}: {checkpoint} changed since the callbacks' state was saved with "
+                  f"it (a save that ended before the state's): the callbacks start afresh.", file=sys.stderr)
+            return
+        self._pending = saved["callbacks"]
+        self._redo = saved.get("before_evaluation")
+        self.restored_from = checkpoint
+        if self.callbacks is not None:
+            self._restore()
+
+    def attach(self, callbacks: list[Any]) -> Any:
+        """The run's callbacks, registered: a state loaded already goes to them now.
+        Returns the handle of what follows the run's evaluations and steps (None
+        without a ``step`` join point), to remove at the end."""
+        from ._callback import register_global_callback
+        from ._joinpoints import all_join_points
+
+        self.callbacks = callbacks
+        events = {jp.event for jp in all_join_points()}
+        handle = None
+        if "step" in events and "evaluate" in events and self._keyed():
+            self._tracker = _EvaluationsAndSteps(self)
+            handle = register_global_callback(self._tracker)
+        if self._pending is not None:
+            self._restore()
+        return handle
+
+    def _state_now(self) -> dict[str, Any]:
+        return {key: cb.state_dict() for key, cb in self._keyed().items()}
+
+    def before_evaluation(self) -> None:
+        if self._redo is not None:  # restored, and no step since: this evaluation is the checkpoint's, redone
+            state, self._redo = self._redo, None
+            for key, cb in self._keyed().items():
+                cb.load_state_dict(state[key])
+            print(f"{PROG}: --state: the first evaluation after the resume redoes the one {self.restored_from} "
+                  f"was saved after; it decides in its place.", file=sys.stderr)
+        self._before_evaluation = copy.deepcopy(self._state_now())
+
+    def after_step(self) -> None:
+        self._before_evaluation = self._redo = None
+
+    def _restore(self) -> None:
+        from ._plain import check_plain
+
+        state, self._pending = self._pending, None
+        assert state is not None
+        check_plain(state, f"{PROG} --state {self.path}", "the state read")
+        attached = self._keyed()
+        unused, missing = sorted(set(state) - set(attached)), sorted(set(attached) - set(state))
+        if unused or missing:
+            raise HookError(
+                f"{PROG}: --state {self.path}: the state saved with {self.restored_from} is for "
+                f"{', '.join(map(repr, sorted(state))) or 'no callback'}, and this run's callbacks are "
+                f"{', '.join(map(repr, sorted(attached))) or 'none'}. Resume with the --callback options "
+                f"of the run that saved it, or give another --state file to start afresh.")
+        for key, cb in attached.items():
+            cb.load_state_dict(state[key])
+        if self._tracker is None:
+            self._redo = None  # no step join point: nothing tells a redone evaluation from the next one
+        print(f"{PROG}: the callbacks' state goes on from {self.path} (saved with {self.restored_from})",
+              file=sys.stderr)
+
+
+class _EvaluationsAndSteps(Callback):
+    """Tells ``ScriptState`` when an evaluation begins and a step ends."""
+
+    def __init__(self, state: ScriptState) -> None:
+        self.state = state
+
+    def event_methods(self, target: Any) -> list[tuple[str, Any]]:
+        from .extend import reader
+
+        return [("pre-evaluate", reader(self._evaluation, "pre-")), ("post-step", reader(self._step, "post-"))]
+
+    def _evaluation(self, obj: Any) -> None:
+        self.state.before_evaluation()
+
+    def _step(self, obj: Any) -> None:
+        self.state.after_step()
