@@ -12,6 +12,7 @@ Tiny models built from configs, synthetic data: nothing is downloaded."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import sys
@@ -113,6 +114,41 @@ def engine(stage: int, accumulate: int) -> dict[str, Any]:
             "using_extension": hw.USING_EXTENSION}
 
 
+def autocast(stage: int, accumulate: int) -> dict[str, Any]:
+    """ZeRO 0 with float16 torch_autocast: DeepSpeed scales the loss with a GradScaler of
+    its own and p.grad holds the scaled gradients until step(). (Its CPU accelerator
+    says it has no float16 where oneDNN lacks it: told it has, for this scenario.)"""
+    import deepspeed
+    from deepspeed.accelerator import get_accelerator
+
+    from hookwrap.integrations import deepspeed as hw_deepspeed
+
+    accelerator = type(get_accelerator())
+    accelerator.is_fp16_supported = lambda self: True  # type: ignore[method-assign]
+    accelerator.supported_dtypes = lambda self: [torch.float, torch.half, torch.bfloat16]  # type: ignore[method-assign]
+    hw_deepspeed.weave()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    config = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": accumulate,
+              "zero_optimization": {"stage": stage}, "torch_autocast": {"enabled": True, "dtype": "torch.float16"}}
+    engine, *_ = deepspeed.initialize(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05),
+                                      config=config)
+    norm = ht.GradNorm()
+    hw.add_callback(engine, norm)
+    by_hand: list[tuple[int, float]] = []
+    for i in range(UPDATES * accumulate):
+        engine.backward(engine(torch.randn(4, 8, generator=torch.Generator().manual_seed(i))).pow(2).mean())
+        boundary = engine.is_gradient_accumulation_boundary()
+        if boundary:
+            scale = engine.torch_autocast_z0_gradscaler.get_scale()
+            grads = torch.stack([p.grad.float().norm() for p in model.parameters()]).norm()
+        engine.step()
+        if boundary:
+            by_hand.append((engine.global_steps, float(grads) / scale))
+    return {"grad_norm": [(step, value) for step, value in norm.history if math.isfinite(value)],
+            "by_hand": [(step, value) for step, value in by_hand if math.isfinite(value)]}
+
+
 def resume(stage: int, accumulate: int) -> dict[str, Any]:
     """6 updates straight, and 2 then save_checkpoint, then a new engine that
     load_checkpoint's and makes updates 3 to 6. GradNorm(every=3) measures at updates 3
@@ -192,6 +228,8 @@ if __name__ == "__main__":
         out = engine(stage, accumulate)
     elif scenario == "resume":
         out = resume(stage, accumulate)
+    elif scenario == "autocast":
+        out = autocast(stage, accumulate)
     elif scenario == "accelerate":
         out = accelerate_loop(stage, accumulate)
     else:

@@ -81,6 +81,14 @@ def test_a_deepspeed_engine_loop_under_the_preset(stage, accumulate, pure):
         assert out["clip"] is None
 
 
+def test_grad_norm_without_zero_under_float16_autocast_is_unscaled():
+    """ZeRO 0 with torch_autocast float16: p.grad is scaled by DeepSpeed's own GradScaler
+    until step(); GradNorm divides by its scale (it reported the norm times 2**15)."""
+    out = run("autocast", 0, 2)
+    assert len(out["by_hand"]) >= UPDATES - 1
+    assert same(out["grad_norm"], out["by_hand"]), (out["grad_norm"], out["by_hand"])
+
+
 @pytest.mark.parametrize(("stage", "accumulate"), [(1, 2), (2, 2), (3, 1)])
 def test_an_accelerate_loop_on_deepspeed_counts_its_updates_and_logs_its_norm(stage, accumulate):
     """accelerate's DeepSpeedPlugin: accelerator.backward runs the update at the

@@ -44,7 +44,7 @@ from typing import Any
 from .. import callback_state
 from ..extend import check_plain
 from ._weaving import (PresetHandle, accumulates, counts_updates, holds_gradients, patch, resume_from_folder, routed,
-                       stage, target_class)
+                       scales_loss, stage, target_class)
 
 __all__ = ["weave"]
 
@@ -70,6 +70,9 @@ def weave(engine: Any = None) -> PresetHandle:
         counts_updates(handle, cls, optimizer_step, ("forward", "backward"), _global_steps,
                        "engine.global_steps")
         holds_gradients(handle, cls, _grad_norm)
+        # Without ZeRO, "torch_autocast" in float16 scales the loss with a torch.amp.GradScaler
+        # of DeepSpeed's own: p.grad, which GradNorm reads there, is scaled until step().
+        scales_loss(handle, cls, _autocast_scaler)
         _checkpoint_callbacks(handle, cls)
     return handle
 
@@ -81,6 +84,11 @@ def _updating(engine: Any) -> Any:
     if managed is not None and not managed():
         return engine  # unmanaged accumulation: every step() is the boundary
     return engine if engine.is_gradient_accumulation_boundary() else None
+
+
+def _autocast_scaler(engine: Any) -> Any:
+    """The GradScaler DeepSpeed scales the loss with on ZeRO 0 under float16 torch_autocast, else None."""
+    return getattr(engine, "torch_autocast_z0_gradscaler", None)
 
 
 def _global_steps(engine: Any) -> Any:
