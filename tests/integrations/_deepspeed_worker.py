@@ -145,7 +145,13 @@ def autocast(stage: int, accumulate: int) -> dict[str, Any]:
         engine.step()
         if boundary:
             by_hand.append((engine.global_steps, float(grads) / scale))
-    return {"grad_norm": [(step, value) for step, value in norm.history if math.isfinite(value)],
+    clip = None
+    hw.add_callback(engine, ht.GradClip(1.0))
+    try:
+        engine.backward(engine(torch.randn(4, 8)).pow(2).mean())
+    except hw.HookError as exc:
+        clip = str(exc)
+    return {"clip": clip, "grad_norm": [(step, value) for step, value in norm.history if math.isfinite(value)],
             "by_hand": [(step, value) for step, value in by_hand if math.isfinite(value)]}
 
 

@@ -83,8 +83,11 @@ def test_a_deepspeed_engine_loop_under_the_preset(stage, accumulate, pure):
 
 def test_grad_norm_without_zero_under_float16_autocast_is_unscaled():
     """ZeRO 0 with torch_autocast float16: p.grad is scaled by DeepSpeed's own GradScaler
-    until step(); GradNorm divides by its scale (it reported the norm times 2**15)."""
+    until step(); GradNorm divides by its scale (it reported the norm times 2**15), and
+    GradClip, which would clip the scaled gradients (the update shrunk by the scale), is
+    refused naming gradient_clipping."""
     out = run("autocast", 0, 2)
+    assert "GradClip on DeepSpeedEngine" in out["clip"] and "gradient_clipping" in out["clip"]
     assert len(out["by_hand"]) >= UPDATES - 1
     assert same(out["grad_norm"], out["by_hand"]), (out["grad_norm"], out["by_hand"])
 

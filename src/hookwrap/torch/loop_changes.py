@@ -15,7 +15,7 @@ from ..errors import CallbackSignatureError, HookError
 from ..extend import JoinPointInfo
 from ._attach import (COUNT, On, ShippedCallback, framework_grad_norm, framework_step, from_object, positive_number,
                       saved)
-from .grad_scaler import unscale_before_clipping
+from .grad_scaler import scale_of_gradients, unscale_before_clipping
 
 __all__ = ["GradAccumulation", "GradClip"]
 
@@ -55,6 +55,12 @@ class GradClip(ShippedCallback):
                 f"Clip with DeepSpeed: \"gradient_clipping\" in its config (TrainingArguments(max_grad_norm=...) "
                 f"on HF's Trainer).")
         unscale_before_clipping(obj)  # a GradScaler's gradients: unscaled first, so the true norm is clipped
+        if scale_of_gradients(obj) is not None:  # still scaled: by the framework's own GradScaler
+            raise HookError(
+                f"GradClip on {type(obj).__qualname__}: the framework scaled these gradients with its own "
+                f"GradScaler (float16) and unscales them only when it steps; clipped now, the update would be "
+                f"clipped to max_norm divided by the scale. Clip with the framework (DeepSpeed: "
+                f"\"gradient_clipping\" in its config; accelerate: accelerator.clip_grad_norm_).")
         torch.nn.utils.clip_grad_norm_(model.parameters(), self.max_norm, self.norm_type)
 
 
