@@ -17,6 +17,7 @@ import os
 import socket
 import sys
 import tempfile
+import warnings
 from typing import Any
 
 with socket.socket() as _free:  # a port of this process's own: scenarios run side by side
@@ -214,17 +215,21 @@ def accelerate_loop(stage: int, accumulate: int) -> dict[str, Any]:
     hw.after(accelerator, "optimizer_step", lambda self: updates.append(len(updates) + 1))
     norm = ht.GradNorm(model=model)
     hw.add_callback(accelerator, norm)
-    deepspeeds: list[tuple[int, float]] = []
-    for (x,) in loader:
-        with accelerator.accumulate(model):
-            loss = model(x).pow(2).mean()
-            accelerator.backward(loss)
-            if accelerator.sync_gradients:
-                engine = accelerator.deepspeed_engine_wrapped.engine
-                deepspeeds.append((engine.global_steps, float(engine.get_global_grad_norm())))
-            optimizer.step()
-            optimizer.zero_grad()
+    deepspeeds: list[tuple[int, float | None]] = []
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always", hw.HookwrapWarning)
+        for (x,) in loader:
+            with accelerator.accumulate(model):
+                loss = model(x).pow(2).mean()
+                accelerator.backward(loss)
+                if accelerator.sync_gradients:
+                    engine = accelerator.deepspeed_engine_wrapped.engine
+                    value = engine.get_global_grad_norm()  # None without ZeRO
+                    deepspeeds.append((engine.global_steps, None if value is None else float(value)))
+                optimizer.step()
+                optimizer.zero_grad()
     return {"updates": updates, "grad_norm": norm.history, "deepspeed_grad_norm": deepspeeds,
+            "said": [str(w.message) for w in said if issubclass(w.category, hw.HookwrapWarning)],
             "engine": type(accelerator.deepspeed_engine_wrapped.engine).__name__}
 
 

@@ -114,3 +114,13 @@ def test_the_callbacks_state_rides_on_deepspeeds_checkpoint(stage):
     assert "hookwrap_callbacks.pt" in out["files"]
     assert [step for step, _ in out["straight"]] == [3, 6]
     assert same(out["resumed"], out["straight"]) and out["same_weights"]
+
+
+def test_without_zero_under_accelerate_grad_norm_says_deepspeed_computed_none():
+    """ZeRO stage 0 under accelerate: DeepSpeed steps inside backward and computes no
+    norm (get_global_grad_norm() is None, what accelerate and HF log). GradNorm records
+    none and says so once, naming the stage; the updates are still counted."""
+    out = run("accelerate", 0, 2)
+    assert out["updates"] == list(range(1, UPDATES + 1))
+    assert out["grad_norm"] == [] and all(value is None for _, value in out["deepspeed_grad_norm"])
+    assert len(out["said"]) == 1 and "computed no norm" in out["said"][0] and "ZeRO stage 1" in out["said"][0]

@@ -50,8 +50,9 @@ class GradClip(ShippedCallback):
 
         if framework_grad_norm(obj) is not None:
             raise HookError(
-                f"GradClip on {type(obj).__qualname__}: DeepSpeed holds the gradients (ZeRO partitions them: "
-                f"p.grad is empty or partial), so there is nothing here to clip. "
+                f"GradClip on {type(obj).__qualname__}: DeepSpeed holds the gradients and updates "
+                f"with them itself (ZeRO partitions them: p.grad is empty or partial), so there is nothing here "
+                f"to clip. "
                 f"Clip with DeepSpeed: \"gradient_clipping\" in its config (TrainingArguments(max_grad_norm=...) "
                 f"on HF's Trainer).")
         unscale_before_clipping(obj)  # a GradScaler's gradients: unscaled first, so the true norm is clipped

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import Any, Callable
 
 import torch
 
-from ..errors import HookError
+from ..errors import HookError, HookwrapWarning
 from ..extend import reader
 from ._attach import CountingCallback, DefaultEvent, LogsInto, On, checked_logger, framework_grad_norm, whole_number
 from .grad_scaler import scale_of_gradients
@@ -48,6 +49,7 @@ class GradNorm(LogsInto, QueuesReadBacks, CountingCallback):
         self.calls = 0
 
     listens = (On("post", "event", "measure", value="model", always=True),)
+    _said_no_norm = False  # DeepSpeed computed no norm: said once
 
     def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
         pairs = self.registrations(target, self.listens)
@@ -96,7 +98,14 @@ class GradNorm(LogsInto, QueuesReadBacks, CountingCallback):
                 f"partitions them, p.grad is empty) and computes their 2-norm only, which GradNorm reports "
                 f"there. Use GradNorm() (norm_type=2.0).")
         value = norm_of_update()
-        if value is None:  # no update yet
+        if value is None:  # DeepSpeed computed none: ZeRO stage 0 stepping inside backward
+            if not self._said_no_norm:
+                self._said_no_norm = True
+                warnings.warn(
+                    "GradNorm: DeepSpeed computed no norm of this update's gradients "
+                    "(engine.get_global_grad_norm() is None: ZeRO stage 0, where it steps inside "
+                    "backward and the gradients are gone after), so GradNorm records none, as the "
+                    "framework logs none. Use ZeRO stage 1 or more.", HookwrapWarning, stacklevel=2)
             return None
         return value.detach().float() if isinstance(value, torch.Tensor) else torch.tensor(float(value))
 
