@@ -648,10 +648,16 @@ def stateful_callbacks(obj: Any, where: str = "stateful_callbacks") -> dict[str,
         owners = describe(obj).callback_objects()
     except HookError as exc:  # told as this function's error: the object is what was passed
         raise HookError(f"{where}({type(obj).__qualname__}): {exc}") from None
-    found = [cb for cb in owners if callable(getattr(cb, "state_dict", None))
-             and callable(getattr(cb, "load_state_dict", None))]
+    return keyed_by_state_key(owners)
+
+
+def keyed_by_state_key(callbacks: Any) -> dict[str, Any]:
+    """``state_key -> callback`` for each of ``callbacks`` with ``state_dict()`` and
+    ``load_state_dict()``, in order; a key taken already gets ``#2``, ``#3``, ..."""
     keyed: dict[str, Any] = {}
-    for cb in found:
+    for cb in callbacks:
+        if not (callable(getattr(cb, "state_dict", None)) and callable(getattr(cb, "load_state_dict", None))):
+            continue
         base = getattr(cb, "state_key", type(cb).__qualname__)
         key, n = base, 1
         while key in keyed:

@@ -24,7 +24,7 @@ import os
 import sys
 from typing import Any, Callable
 
-from ._callback import Callback
+from ._callback import Callback, keyed_by_state_key
 from .errors import HookError
 
 __all__ = ["ScriptState"]
@@ -94,17 +94,7 @@ class ScriptState:
     # --- writing and reading FILE ---------------------------------------------------
 
     def _keyed(self) -> dict[str, Any]:
-        keyed: dict[str, Any] = {}
-        for cb in self.callbacks or ():
-            if not (callable(getattr(cb, "state_dict", None)) and callable(getattr(cb, "load_state_dict", None))):
-                continue
-            base = getattr(cb, "state_key", type(cb).__qualname__)
-            key, n = base, 1
-            while key in keyed:
-                n += 1
-                key = f"{base}#{n}"
-            keyed[key] = cb
-        return keyed
+        return keyed_by_state_key(self.callbacks or ())
 
     def _record(self) -> dict[str, Any]:
         """FILE's checkpoints: path -> the checkpoint's stamp and the callbacks' state
