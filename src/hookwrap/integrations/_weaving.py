@@ -515,7 +515,7 @@ def scales_loss(handle: PresetHandle, cls: type, scaler_of: Callable[[Any], Any]
     _set(handle, cls, SCALER, staticmethod(scaler_of))
 
 
-GRAD_NORM = "__hookwrap_grad_norm__"  # hookwrap.torch reads it (monitors.FRAMEWORK_GRAD_NORM): GradNorm
+GRAD_NORM = "__hookwrap_grad_norm__"  # hookwrap.torch reads it (_attach.FRAMEWORK_GRAD_NORM): GradNorm, GradClip
 
 
 def holds_gradients(handle: PresetHandle, cls: type, norm_of: Callable[[Any], Any]) -> None:
