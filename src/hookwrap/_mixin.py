@@ -161,6 +161,11 @@ class Hookable:
     """
 
     callbacks = _Callbacks()
+    # What a preset declares on a framework's class (hookwrap.integrations._weaving:
+    # holds_gradients, scales_loss), read by GradNorm and GradClip at every call: a loop
+    # of your own declares nothing, found here rather than by a missed lookup each step.
+    __hookwrap_grad_norm__ = None
+    __hookwrap_grad_scaler__ = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

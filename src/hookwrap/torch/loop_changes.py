@@ -13,9 +13,9 @@ from typing import Any, Callable
 
 from ..errors import CallbackSignatureError, HookError
 from ..extend import JoinPointInfo
-from ._attach import (COUNT, On, ShippedCallback, framework_grad_norm, framework_step, from_object, positive_number,
-                      saved)
-from .grad_scaler import scale_of_gradients, unscale_before_clipping
+from ._attach import (COUNT, FRAMEWORK_GRAD_NORM, On, ShippedCallback, framework_grad_norm, framework_step,
+                      from_object, positive_number, saved)
+from .grad_scaler import FRAMEWORK_SCALER, scale_of_gradients, unscale_before_clipping
 
 __all__ = ["GradAccumulation", "GradClip"]
 
@@ -48,7 +48,8 @@ class GradClip(ShippedCallback):
     def clip(self, obj: Any, model: Any) -> None:
         import torch
 
-        if framework_grad_norm(obj) is not None:
+        declared = type(obj)  # a preset's declarations (a plain loop's: None, on Hookable)
+        if getattr(declared, FRAMEWORK_GRAD_NORM, None) is not None and framework_grad_norm(obj) is not None:
             raise HookError(
                 f"GradClip on {type(obj).__qualname__}: DeepSpeed holds the gradients and updates "
                 f"with them itself (ZeRO partitions them: p.grad is empty or partial), so there is nothing here "
@@ -56,7 +57,8 @@ class GradClip(ShippedCallback):
                 f"Clip with DeepSpeed: \"gradient_clipping\" in its config (TrainingArguments(max_grad_norm=...) "
                 f"on HF's Trainer).")
         unscale_before_clipping(obj)  # a GradScaler's gradients: unscaled first, so the true norm is clipped
-        if scale_of_gradients(obj) is not None:  # still scaled: by the framework's own GradScaler
+        if getattr(declared, FRAMEWORK_SCALER, None) is not None and scale_of_gradients(obj) is not None:
+            # still scaled: by the framework's own GradScaler
             raise HookError(
                 f"GradClip on {type(obj).__qualname__}: the framework scaled these gradients with its own "
                 f"GradScaler (float16) and unscales them only when it steps; clipped now, the update would be "
