@@ -690,26 +690,37 @@ def load_callback_state(obj: Any, state: dict[str, Any], strict: bool = True) ->
     if not isinstance(state, dict):
         raise HookError(f"load_callback_state: expected the dict callback_state() returned, "
                         f"got {type(state).__name__}.")
-    check_plain(state, f"load_callback_state({type(obj).__qualname__})", "the state given")
+    where = f"load_callback_state({type(obj).__qualname__})"
     attached = stateful_callbacks(obj, "load_callback_state")
+    loaded = load_keyed_state(attached, state, where, "Attach the same callbacks as when the state was saved "
+                              "before loading, or pass strict=False to load what matches." if strict else None)
+    if loaded:
+        log.info("load_callback_state(%s): loaded %s", type(obj).__qualname__, ", ".join(loaded))
+
+
+def load_keyed_state(attached: dict[str, Any], state: dict[str, Any], where: str, mismatch: str | None) -> list[str]:
+    """Give each of ``attached`` (callbacks by state key) its entry of ``state``, all or
+    nothing, and return the keys loaded. ``state`` must be plain data (what a file
+    loaded with ``weights_only=False`` could hold is refused before any callback sees
+    it). Keys that differ are an error ending with ``mismatch`` (the fix), or, with
+    None, skipped. ``where`` begins every error."""
+    check_plain(state, where, "the state given")
     unused = sorted(set(state) - set(attached))
     missing = sorted(set(attached) - set(state))
-    if strict and (unused or missing):
+    if mismatch is not None and (unused or missing):
         raise HookError(
-            f"load_callback_state({type(obj).__qualname__}): "
+            f"{where}: "
             + (f"saved state for {', '.join(map(repr, unused))}, which no attached callback takes"
                if unused else "")
             + ("; " if unused and missing else "")
             + (f"no saved state for attached {', '.join(map(repr, missing))}" if missing else "")
-            + ". Attach the same callbacks as when the state was saved before loading, or pass "
-            "strict=False to load what matches."
+            + f". {mismatch}"
         )
     for key in attached:
         if key in state and not isinstance(state[key], Mapping):
             raise HookError(
-                f"load_callback_state({type(obj).__qualname__}): the state saved for {key!r} is a "
-                f"{type(state[key]).__name__}, not the dict its state_dict() returns. Load the "
-                f"'callbacks' entry that hookwrap.callback_state() saved."
+                f"{where}: the state saved for {key!r} is a {type(state[key]).__name__}, not the dict its "
+                f"state_dict() returns. Load the 'callbacks' entry that hookwrap.callback_state() saved."
             )
     before = {key: cb.state_dict() for key, cb in attached.items() if key in state}
     loaded: list[str] = []
@@ -722,13 +733,11 @@ def load_callback_state(obj: Any, state: dict[str, Any], strict: bool = True) ->
             for done in loaded + [key]:  # all or nothing: the callbacks as they were
                 attached[done].load_state_dict(before[done])
             raise HookError(
-                f"load_callback_state({type(obj).__qualname__}): {key!r} could not load its saved "
-                f"state ({type(exc).__name__}: {exc}); nothing was loaded. Was it saved from a "
-                f"callback of the same kind and version?"
+                f"{where}: {key!r} could not load its saved state ({type(exc).__name__}: {exc}); nothing was "
+                f"loaded. Was it saved from a callback of the same kind and version?"
             ) from exc
         loaded.append(key)
-    if loaded:
-        log.info("load_callback_state(%s): loaded %s", type(obj).__qualname__, ", ".join(loaded))
+    return loaded
 
 
 class CallbackState:

@@ -395,9 +395,7 @@ class Runner:
                 raise BadInput(f"{PROG}: --callback {expr!r}: {exc}") from None
             self._attached.append(cb)
         if self._state is not None:
-            tracker = self._state.attach(self._attached)
-            if tracker is not None:
-                self.handles.append(tracker)
+            self._state.attach(self._attached)
 
     # --- while the script runs ---------------------------------------------------
 

@@ -12,9 +12,8 @@ iteration (nanoGPT: ``iter_num`` saved, the loop resumed at it) evaluates again:
 evaluation replaces the one the checkpoint saw, so EarlyStopping's patience is not
 spent twice. Where the run has a ``step`` join point, the state from before that
 evaluation is saved too, and the first evaluation after the resume that comes before
-any step decides from it. A
-checkpoint changed since (a save that ended before ``FILE`` was written) is said, and
-the callbacks start afresh. ``FILE`` is plain data, read with
+any step decides from it. A checkpoint changed since (a save that ended before
+``FILE`` was written) is said, and the callbacks start afresh. ``FILE`` is plain data, read with
 ``torch.load(weights_only=True)``, and written whole or not at all."""
 
 from __future__ import annotations
@@ -22,9 +21,10 @@ from __future__ import annotations
 import copy
 import os
 import sys
+from pathlib import Path
 from typing import Any, Callable
 
-from ._callback import Callback, keyed_by_state_key
+from ._callback import Callback, keyed_by_state_key, load_keyed_state
 from .errors import HookError
 
 __all__ = ["ScriptState"]
@@ -56,6 +56,7 @@ class ScriptState:
         self._before_evaluation: dict[str, Any] | None = None  # the state before this step's evaluation
         self._redo: dict[str, Any] | None = None  # restored: the state an evaluation redone decides from
         self._tracker: Any = None
+        self._tracker_handle: Any = None  # its registration, removed by remove()
 
     # --- the torch functions the script calls --------------------------------------
 
@@ -69,7 +70,7 @@ class ScriptState:
             result = save(obj, f, *args, **kwargs)
             path = _path_of(f)
             if path is not None and path != self.path and self.callbacks is not None and self._originals:
-                self._write(save, path)
+                self._write(path)
             return result
 
         def load_then_state(f: Any, *args: Any, **kwargs: Any) -> Any:
@@ -85,6 +86,9 @@ class ScriptState:
         torch.save, torch.load = save_then_state, load_then_state
 
     def remove(self) -> None:
+        if self._tracker_handle is not None:
+            self._tracker_handle.remove()
+            self._tracker_handle = None
         if self._originals is not None:
             import torch
 
@@ -111,22 +115,16 @@ class ScriptState:
             self._checkpoints = dict(record.get("checkpoints", {}))
         return self._checkpoints
 
-    def _write(self, save: Callable[..., Any], checkpoint: str) -> None:
+    def _write(self, checkpoint: str) -> None:
         from ._plain import check_plain
+        from .torch.checkpoint_io import CheckpointIO
 
         state = self._state_now()
         check_plain(state, f"{PROG} --state", "the callbacks' state")
         checkpoints = self._record()
         checkpoints[checkpoint] = {"stamp": _stamp(checkpoint), "callbacks": state,
                                    "before_evaluation": self._before_evaluation}
-        partial = f"{self.path}.{os.getpid()}.tmp"
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        try:
-            save({"checkpoints": checkpoints}, partial)
-            os.replace(partial, self.path)  # whole or not at all
-        finally:
-            if os.path.exists(partial):
-                os.remove(partial)
+        CheckpointIO().save({"checkpoints": checkpoints}, Path(self.path))  # whole or not at all, synced
 
     def _loaded(self, checkpoint: str) -> None:
         saved = self._record().get(checkpoint)
@@ -142,22 +140,20 @@ class ScriptState:
         if self.callbacks is not None:
             self._restore()
 
-    def attach(self, callbacks: list[Any]) -> Any:
+    def attach(self, callbacks: list[Any]) -> None:
         """The run's callbacks, registered: a state loaded already goes to them now.
-        Returns the handle of what follows the run's evaluations and steps (None
-        without a ``step`` join point), to remove at the end."""
+        With ``step`` and ``evaluate`` join points, what follows the run's evaluations
+        and steps is registered too (until ``remove()``)."""
         from ._callback import register_global_callback
         from ._joinpoints import all_join_points
 
         self.callbacks = callbacks
         events = {jp.event for jp in all_join_points()}
-        handle = None
         if "step" in events and "evaluate" in events and self._keyed():
             self._tracker = _EvaluationsAndSteps(self)
-            handle = register_global_callback(self._tracker)
+            self._tracker_handle = register_global_callback(self._tracker)
         if self._pending is not None:
             self._restore()
-        return handle
 
     def _state_now(self) -> dict[str, Any]:
         return {key: cb.state_dict() for key, cb in self._keyed().items()}
@@ -175,21 +171,11 @@ class ScriptState:
         self._before_evaluation = self._redo = None
 
     def _restore(self) -> None:
-        from ._plain import check_plain
-
         state, self._pending = self._pending, None
         assert state is not None
-        check_plain(state, f"{PROG} --state {self.path}", "the state read")
-        attached = self._keyed()
-        unused, missing = sorted(set(state) - set(attached)), sorted(set(attached) - set(state))
-        if unused or missing:
-            raise HookError(
-                f"{PROG}: --state {self.path}: the state saved with {self.restored_from} is for "
-                f"{', '.join(map(repr, sorted(state))) or 'no callback'}, and this run's callbacks are "
-                f"{', '.join(map(repr, sorted(attached))) or 'none'}. Resume with the --callback options "
-                f"of the run that saved it, or give another --state file to start afresh.")
-        for key, cb in attached.items():
-            cb.load_state_dict(state[key])
+        load_keyed_state(self._keyed(), state, f"{PROG}: --state {self.path} (saved with {self.restored_from})",
+                         "Resume with the --callback options of the run that saved it, or give another --state "
+                         "file to start afresh.")
         if self._tracker is None:
             self._redo = None  # no step join point: nothing tells a redone evaluation from the next one
         print(f"{PROG}: the callbacks' state goes on from {self.path} (saved with {self.restored_from})",

@@ -858,3 +858,20 @@ def test_state_that_is_not_a_state_file_is_refused_before_the_script_runs(hw, tm
     assert out == "" and "not a state file hookwrap run wrote" in err
     assert _runner(hw).run(str(probe), [], state=str(tmp_path)) == 2
     assert "is a folder" in capsys.readouterr().err
+
+
+def test_state_saved_by_other_callbacks_is_refused_naming_them_and_the_fix(hw, tmp_path, capsys):
+    """A resume whose --callback options differ from the run that saved the state: the
+    error names the callbacks on each side and the fix, and no callback is changed."""
+    probe = _script(tmp_path, _RESUMES_ITSELF)
+    run = _runner(hw).run
+    options = dict(presets=["torch_optim"], weaves=["evaluate=__main__:estimate_loss"], state=str(tmp_path / "s.pt"))
+    assert run(str(probe), ["--out", str(tmp_path), "--iters", "7"],
+               callbacks=["EarlyStopping('return_value', patience=2)"], **options) == 0
+    capsys.readouterr()
+    assert run(str(probe), ["--out", str(tmp_path), "--iters", "20", "--resume"],
+               callbacks=["EarlyStopping('return_value', mode='max')"], **options) == 1
+    err = capsys.readouterr().err
+    assert ("saved state for 'EarlyStopping[monitor=return_value,mode=min]', which no attached callback takes; "
+            "no saved state for attached 'EarlyStopping[monitor=return_value,mode=max]'") in err, err
+    assert "Resume with the --callback options of the run that saved it" in err

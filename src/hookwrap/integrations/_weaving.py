@@ -569,6 +569,29 @@ def log_event(handle: PresetHandle, cls: type, **options: Any) -> None:
     stage(handle, cls, "log", "hookwrap_log", **options)
 
 
+def save_into_folder(owner: Any, folder: Any, name: str, where: str, writes: bool) -> None:
+    """A framework saved a checkpoint into ``folder``: the state of the callbacks
+    attached to ``owner`` is written beside it as file ``name``, which
+    ``resume_from_folder`` reads back. The state is taken on every rank (settling
+    may be a collective); only a rank that ``writes`` saves it, and only plain data
+    (``check_plain``), so the resume can load it without running code."""
+    import os
+
+    import torch
+
+    from .. import callback_state
+    from ..extend import check_plain
+
+    state = callback_state(owner)
+    if not state or not writes:
+        return
+    if not os.path.isdir(folder):
+        raise HookError(f"{where}: the framework wrote no folder {folder}, where the callbacks' state goes: save "
+                        f"it yourself (torch.save(hw.callback_state(...), ...)), or remove the preset.")
+    check_plain(state, where, f"hw.callback_state({type(owner).__qualname__})")
+    torch.save(state, os.path.join(folder, name))
+
+
 def resume_from_folder(owner: Any, folder: Any, name: str) -> None:
     """A framework resumes from ``folder``: the callbacks' state the preset saved there
     as file ``name`` goes back to the callbacks attached to ``owner``, read with

@@ -41,10 +41,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .. import callback_state
-from ..extend import check_plain
 from ._weaving import (PresetHandle, accumulates, counts_updates, holds_gradients, patch, resume_from_folder, routed,
-                       scales_loss, stage, target_class)
+                       save_into_folder, scales_loss, stage, target_class)
 
 __all__ = ["weave"]
 
@@ -107,17 +105,13 @@ STATE_FILE = "hookwrap_callbacks.pt"
 def _checkpoint_callbacks(handle: PresetHandle, cls: type) -> None:
     """The callbacks' state rides on DeepSpeed's checkpoints: written into the tag's
     folder by ``save_checkpoint``, given back by ``load_checkpoint``."""
-    import torch
 
     def make_save(original: Any, layer: Any) -> Any:
         def save_checkpoint(self: Any, save_dir: Any, tag: Any = None, *args: Any, **kwargs: Any) -> Any:
             folder = os.path.join(save_dir, f"global_step{self.global_steps}" if tag is None else str(tag))
             result = original(self, save_dir, tag, *args, **kwargs)
             if not layer.removed:
-                state = callback_state(self)  # on every rank: settling may be a collective
-                if state and self.global_rank == 0:
-                    check_plain(state, "hookwrap.integrations.deepspeed", "hw.callback_state(engine)")
-                    torch.save(state, os.path.join(folder, STATE_FILE))
+                save_into_folder(self, folder, STATE_FILE, "hookwrap.integrations.deepspeed", self.global_rank == 0)
             return result
         return save_checkpoint
 

@@ -39,7 +39,6 @@ keep theirs). ``save_training_state(dir)`` writes it to ``dir/STATE_FILE``, and
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -47,8 +46,8 @@ from typing import Any
 from .. import callback_state
 from ..extend import check_plain
 from ._weaving import (PresetHandle, Stage, _set, accumulates, counts_updates, decides_as, patch, resume_callbacks,
-                       resume_from_folder, resume_without_state, resumes_itself, routed, running, scales_loss,
-                       stage, stop_while_running, target_class)
+                       resume_from_folder, resume_without_state, resumes_itself, routed, running, save_into_folder,
+                       scales_loss, stage, stop_while_running, target_class)
 
 __all__ = ["STATE_FILE", "STATE_KEY", "weave"]
 
@@ -176,8 +175,6 @@ def _checkpoint_callbacks(handle: PresetHandle, cls: type) -> None:
     into the folder ``save_training_state`` writes (``STATE_FILE``), read back by
     ``load_training_state`` (``train(resume_from=...)``). Plain data only: a checkpoint
     runs no code."""
-    import torch
-
     where = "hookwrap.integrations.pytorch_accelerated"
 
     def make_save(original: Any, layer: Any) -> Any:
@@ -208,10 +205,7 @@ def _checkpoint_callbacks(handle: PresetHandle, cls: type) -> None:
         def save_training_state(self: Any, output_dir: Any, *args: Any, **kwargs: Any) -> Any:
             result = original(self, output_dir, *args, **kwargs)
             if not layer.removed:
-                state = callback_state(self)
-                if state and self.run_config.is_world_process_zero:
-                    check_plain(state, where, "hw.callback_state(trainer)")
-                    torch.save(state, os.path.join(output_dir, STATE_FILE))
+                save_into_folder(self, output_dir, STATE_FILE, where, self.run_config.is_world_process_zero)
             return result
         return save_training_state
 

@@ -35,12 +35,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .. import callback_state
-from ..extend import check_plain
-from ..errors import HookError
 from ._weaving import (PresetHandle, accumulates, counts_updates, current_run, decides_as, holds_gradients,
-                       log_event, patch, resume_from_folder, resumes_itself, routed, scales_loss, stage,
-                       stop_while_running, target_class)
+                       log_event, patch, resume_from_folder, resumes_itself, routed, save_into_folder, scales_loss,
+                       stage, stop_while_running, target_class)
 
 __all__ = ["weave"]
 
@@ -122,22 +119,14 @@ def _checkpoint_callbacks(handle: PresetHandle, cls: type) -> None:
     gives it back to them, as HF restores its own stateful callbacks: a resumed run
     decides as one that never stopped. The file is plain data, read with
     ``torch.load(weights_only=True)``: a checkpoint folder runs no code."""
-    import torch
 
     def make_save(original: Any, layer: Any) -> Any:
         def _save_checkpoint(self: Any, model: Any, trial: Any, *args: Any, **kwargs: Any) -> Any:
             result = original(self, model, trial, *args, **kwargs)
             if not layer.removed:
-                state = callback_state(self)  # on every rank: settling may be a collective
                 folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
-                if state and self.args.should_save:
-                    if not os.path.isdir(folder):
-                        raise HookError(
-                            f"hookwrap.integrations.transformers: {type(self).__qualname__}._save_checkpoint wrote no "
-                            f"folder {folder}, where the callbacks' state goes: save it yourself "
-                            f"(torch.save(hw.callback_state(trainer), ...)), or remove the preset.")
-                    check_plain(state, "hookwrap.integrations.transformers", "hw.callback_state(trainer)")
-                    torch.save(state, os.path.join(folder, STATE_FILE))
+                save_into_folder(self, folder, STATE_FILE, f"hookwrap.integrations.transformers: "
+                                 f"{type(self).__qualname__}._save_checkpoint", self.args.should_save)
             return result
         return _save_checkpoint
 

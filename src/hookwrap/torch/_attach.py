@@ -664,8 +664,8 @@ FRAMEWORK_GRAD_NORM = "__hookwrap_grad_norm__"
 def framework_grad_norm(obj: Any) -> Any:
     """Where the framework of hooked object ``obj`` holds the gradients (DeepSpeed), a
     function giving the norm it computed for its latest update; else None (one class
-    attribute lookup)."""
-    find = getattr(type(obj), FRAMEWORK_GRAD_NORM, None) if obj is not None else None
+    attribute lookup: a plain loop's is Hookable's None, found at once)."""
+    find = getattr(type(obj), FRAMEWORK_GRAD_NORM, None)
     return None if find is None else find(obj)
 
 

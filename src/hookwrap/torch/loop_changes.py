@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from ..errors import CallbackSignatureError, HookError
 from ..extend import JoinPointInfo
-from ._attach import (COUNT, FRAMEWORK_GRAD_NORM, On, ShippedCallback, framework_grad_norm, framework_step,
+from ._attach import (COUNT, On, ShippedCallback, framework_grad_norm, framework_step,
                       from_object, positive_number, saved)
 from .grad_scaler import FRAMEWORK_SCALER, scale_of_gradients, unscale_before_clipping
 
@@ -49,7 +49,7 @@ class GradClip(ShippedCallback):
         import torch
 
         declared = type(obj)  # a preset's declarations (a plain loop's: None, on Hookable)
-        if getattr(declared, FRAMEWORK_GRAD_NORM, None) is not None and framework_grad_norm(obj) is not None:
+        if framework_grad_norm(obj) is not None:
             raise HookError(
                 f"GradClip on {type(obj).__qualname__}: DeepSpeed holds the gradients and updates "
                 f"with them itself (ZeRO partitions them: p.grad is empty or partial), so there is nothing here "

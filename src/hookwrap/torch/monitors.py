@@ -10,7 +10,7 @@ import torch
 
 from ..errors import HookError, HookwrapWarning
 from ..extend import reader
-from ._attach import (FRAMEWORK_GRAD_NORM, CountingCallback, DefaultEvent, LogsInto, On, checked_logger,
+from ._attach import (CountingCallback, DefaultEvent, LogsInto, On, checked_logger,
                       framework_grad_norm, whole_number)
 from .grad_scaler import scale_of_gradients
 from .readback import QueuesReadBacks, shared
@@ -62,8 +62,7 @@ class GradNorm(LogsInto, QueuesReadBacks, CountingCallback):
 
     def measure(self, obj: Any, model: Any) -> None:
         if self._axis is not None and self.event != self._axis.update:
-            if getattr(type(obj), FRAMEWORK_GRAD_NORM, None) is None or framework_grad_norm(obj) is None:
-                # else the framework's own, read once the update is done
+            if framework_grad_norm(obj) is None:  # else the framework's own, read once the update is done
                 self._window = self._norm(obj, model)  # the last batch's is the update's
             return
         self.calls += 1
@@ -81,7 +80,7 @@ class GradNorm(LogsInto, QueuesReadBacks, CountingCallback):
             self._put(norm)
 
     def _norm(self, obj: Any, model: Any) -> Any:
-        framework = None if getattr(type(obj), FRAMEWORK_GRAD_NORM, None) is None else framework_grad_norm(obj)
+        framework = framework_grad_norm(obj)
         if framework is not None:  # DeepSpeed: the gradients are its own, the norm its computed one
             return self._framework_norm(framework)
         grads = [p.grad for p in model.parameters() if p.grad is not None]
