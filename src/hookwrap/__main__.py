@@ -22,6 +22,27 @@ def _at_least_one(text: str) -> int:
     return value
 
 
+class _Callback(argparse.Action):
+    """``--callback EXPR``: appended, with no condition yet (``--when`` gives one)."""
+
+    def __call__(self, parser: Any, namespace: Any, value: Any, option: Any = None) -> None:
+        namespace.callback = [*namespace.callback, value]
+        namespace.when = [*namespace.when, None]
+
+
+class _When(argparse.Action):
+    """``--when CONDITION``: the condition of the ``--callback`` just before it."""
+
+    def __call__(self, parser: Any, namespace: Any, value: Any, option: Any = None) -> None:
+        if not namespace.callback:
+            parser.error(f"--when {value!r}: it applies to the --callback just before it, and there is none: "
+                         f"write --callback EXPR --when CONDITION.")
+        if namespace.when[-1] is not None:
+            parser.error(f"--when {value!r}: --callback {namespace.callback[-1]!r} has --when "
+                         f"{namespace.when[-1]!r} already: join them in one (A and B).")
+        namespace.when = [*namespace.when[:-1], value]
+
+
 def main(argv: list[str] | None = None) -> int:
     from . import __version__
     from .integrations import _REGISTRY as presets
@@ -41,14 +62,19 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--current-only", action="store_true",
                        help="only the implementation in use, in this process")
     run = commands.add_parser(
-        "run", usage="%(prog)s [-h] [--preset NAME] [--weave [EVENT=]MODULE:ATTR] [--train-only EVENT] "
-                     "[--only 'EVENT: CONDITION'] [--callback EXPR] [--stop-as EXCEPTION] [--state FILE] script [args ...]",
+        "run", usage="%(prog)s [-h] [--config FILE] [--preset NAME] [--weave [EVENT=]MODULE:ATTR] [--train-only EVENT] "
+                     "[--only 'EVENT: CONDITION'] [--callback EXPR [--when CONDITION]] [--stop-as EXCEPTION] [--state FILE] script [args ...]",
         help="run a script with weaves and callbacks applied from outside",
         description="Run SCRIPT as `python SCRIPT ARGS...` would (its argv, __main__, sys.path and "
                     "exit status), with join points woven and callbacks registered from outside.",
         epilog="example: hookwrap run --preset torch_optim --weave epoch=__main__:train "
                "--callback 'StepTimer()' train.py --epochs 2",
     )
+    run.add_argument("--config", metavar="FILE",
+                     help="a run file (TOML) holding these options, kept beside the script: script, args, "
+                          "preset, weave, train_only, only, callback (strings, or {expr, when} tables), "
+                          "stop_as, state; options given here as well add to its lists and replace its "
+                          "single values")
     run.add_argument("--preset", action="append", default=[], metavar="NAME",
                      help="apply a ready-made weave of hookwrap.integrations: " + ", ".join(
                          f"{name} ({preset.weaves})" for name, preset in presets.items() if preset.from_cli))
@@ -64,10 +90,16 @@ def main(argv: list[str] | None = None) -> int:
                           "expression of its arguments and the script's globals, is true "
                           "(--only 'evaluate: data_source is val_data': the script's test-set evaluation "
                           "is left out)")
-    run.add_argument("--callback", action="append", default=[], metavar="EXPR",
+    run.add_argument("--callback", action=_Callback, default=[], metavar="EXPR",
                      help="a Python expression making a callback, with hw and hookwrap.torch's names in scope "
                           "(\"NanGuard(events='loss')\"), and the modules it names imported "
                           "(\"mypackage.callbacks.Saver()\"); registered on the global tier")
+    run.add_argument("--when", action=_When, default=[], metavar="CONDITION",
+                     help="the --callback just before it fires only where CONDITION, a Python expression of "
+                          "obj (the object whose method was called: an optimizer, for --preset torch_optim) "
+                          "and the script's globals, is true: --callback \"GradNorm(model='__main__:netD', "
+                          "event='step', name='grad_norm_D')\" --when 'obj is optimizerD' (its steps are "
+                          "then optimizerD's)")
     run.add_argument("--stop-as", metavar="EXCEPTION",
                      help="deliver a callback's stop (EarlyStopping, TimeLimit) to the script as EXCEPTION "
                           "(KeyboardInterrupt, or MODULE:NAME), raised from the --weave join point where it "
@@ -83,6 +115,16 @@ def main(argv: list[str] | None = None) -> int:
     # (`python s.py -- -x` gives the script ['--', '-x']).
     run.add_argument("script", nargs=argparse.REMAINDER, metavar="script [args ...]",
                      help="the script to run, then its arguments, passed to it as python passes them")
+    traced = commands.add_parser(
+        "trace", usage="%(prog)s [-h] [--steps N] script [args ...]",
+        help="run a script's first steps and say what it calls per step, with a hookwrap run command",
+        description="Run SCRIPT as hookwrap run does for its first --steps optimizer steps, list what it "
+                    "calls per step (its own functions, loss functions with gradients on and off, "
+                    "backward, each optimizer's step, an evaluation under torch.no_grad()), and print a "
+                    "hookwrap run command that logs its loss, its evaluation and its updates.")
+    traced.add_argument("--steps", type=_at_least_one, default=20, help="optimizer steps to run (default 20)")
+    traced.add_argument("script", nargs=argparse.REMAINDER, metavar="script [args ...]",
+                        help="the script to run, then its arguments")
     args = parser.parse_args(argv)
     if args.command == "run":
         from ._script_runner import run as run_script
@@ -90,16 +132,50 @@ def main(argv: list[str] | None = None) -> int:
         command = list(args.script)
         if command[:1] == ["--"]:  # `hookwrap run [options] -- script.py ...`: ends hookwrap's options
             command = command[1:]
+        if args.config is not None:
+            from ._run_file import RunFileError, read_run_file
+
+            try:
+                command = _with_run_file(args, read_run_file(args.config), command)
+            except RunFileError as exc:
+                print(exc, file=sys.stderr)
+                return 2
         if not command:
-            run.error("the following arguments are required: script")
+            run.error("the following arguments are required: script (or script = \"...\" in a --config file)")
         return run_script(command[0], command[1:], args.preset, args.weave, args.callback,
                           train_only=args.train_only, only=args.only, stop_as=args.stop_as,
-                          state=args.state)
+                          state=args.state, when=args.when)
+    if args.command == "trace":
+        from ._trace import trace
+
+        command = list(args.script)
+        if command[:1] == ["--"]:
+            command = command[1:]
+        if not command:
+            traced.error("the following arguments are required: script")
+        return trace(command[0], command[1:], steps=args.steps)
     if args.command == "demo":
         return _demo(demo, args)
     from ._bench import main as bench_main
 
     return bench_main(number=args.number, both=not args.current_only, step=args.step)
+
+
+def _with_run_file(args: argparse.Namespace, file: Any, command: list[str]) -> list[str]:
+    """The run file's options under the command line's: its lists first, then what the
+    command line adds; its single values where the command line gives none; its
+    script and arguments where the command line names no script."""
+    for key, values in file.lists.items():
+        if key != "args":
+            setattr(args, key, [*values, *getattr(args, key)])
+    for key, value in file.single.items():
+        if key != "script" and getattr(args, key) is None:
+            setattr(args, key, value)
+    args.callback = [expr for expr, _ in file.callbacks] + args.callback
+    args.when = [when for _, when in file.callbacks] + args.when
+    if not command and "script" in file.single:
+        return [file.single["script"], *file.lists.get("args", [])]
+    return command
 
 
 def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:

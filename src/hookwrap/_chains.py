@@ -186,8 +186,9 @@ def _release_hot_caches(phase: str, info: dict[str, Any]) -> None:
     """gc callback: before a full collection, empty every join point's hot cache (it
     holds the class of its last call); the next call finds its chain again."""
     if phase == "start" and info.get("generation") == 2:
-        guards = sys.modules.get("torch._guards")
-        if guards is not None and guards.CompileContext.try_get() is not None:
+        # torch._guards may be mid-import (a collection can start there): no CompileContext yet, none at work
+        context = getattr(sys.modules.get("torch._guards"), "CompileContext", None)
+        if context is not None and context.try_get() is not None:
             # torch.compile is at work in this thread: the guards it is building read
             # the chains it traced (a chain's runners); emptied now, building them
             # fails (KeyError inside Dynamo). The next full collection frees them.

@@ -59,7 +59,7 @@ import sys
 import traceback
 from dataclasses import dataclass, field
 from types import CodeType, ModuleType, TracebackType
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ._callback import Callback, boundary
 from ._paths import relative_to
@@ -136,6 +136,7 @@ class Runner:
     _stop_as: Any = None  # its class, resolved before the script runs
     stopped: list[str] = field(default_factory=list)  # stops delivered as _stop_as: why
     state: str | None = None  # --state FILE: the callbacks' state rides on the script's checkpoints
+    when: list[str | None] = field(default_factory=list)  # --when: each --callback's condition, or None
     _state: Any = None  # its ScriptState, installed before the script runs
     _conditions: dict[str, str] = field(default_factory=dict)  # event -> the EXPR of --only
     _fired: dict[str, str] = field(default_factory=dict)  # event -> its --weave, until it fires
@@ -150,6 +151,8 @@ class Runner:
     _woven: dict[str, Any] = field(default_factory=dict)
     _registered = False
     _attached: list[Any] = field(default_factory=list)  # the callbacks registered (their summaries are said)
+    _when: list[Any] = field(default_factory=list)  # the --when conditions, compiled
+    _sinks: set[int] = field(default_factory=set)  # ids of the MetricsLoggers other callbacks log into
 
     # --- before the script -------------------------------------------------------
 
@@ -180,6 +183,8 @@ class Runner:
                 raise BadInput(f"{PROG}: --only {spec!r}: the condition is not a Python expression ({exc.msg}).") \
                     from None
             self._conditions[event] = condition
+        self._when = [None if condition is None else _callback_condition(condition, expr)
+                      for expr, condition in zip(self.callback_exprs, self.when)]
         for option, events in (("--train-only", self.train_only), ("--only", list(self._conditions))):
             for event in events:
                 if event not in woven_events:
@@ -214,11 +219,44 @@ class Runner:
         # script moves to before a callback opens them (_paths).
         with relative_to(os.getcwd()):
             self.callbacks = [self._evaluate(expr) for expr in self.callback_exprs]
+        self._wire_loggers()
         if not self._pending_script:
             self._register_callbacks()
         _inject(tree, positions)
         # Named by its absolute path, as __file__ is: tracebacks find the source after a chdir.
         return compile(tree, os.path.abspath(path), "exec", dont_inherit=True)
+
+    def _wire_loggers(self) -> None:
+        """A callback that logs its values into a MetricsLogger (GradNorm, LRMonitor,
+        MemoryMonitor) and was given none logs into the run's first --callback
+        MetricsLogger: on a command line it cannot name one. With none, what it
+        measures would reach nowhere: refused, naming the fix; so are two that would
+        log under one name."""
+        if "hookwrap.torch._attach" not in sys.modules:
+            return  # no shipped callback among them
+        from .torch._attach import LogsInto
+        from .torch.metrics_logger import MetricsLogger
+
+        loggers = [cb for cb in self.callbacks if isinstance(cb, MetricsLogger)]
+        names: dict[tuple[int, str], int] = {}
+        for i, (expr, cb) in enumerate(zip(self.callback_exprs, self.callbacks)):
+            if not isinstance(cb, LogsInto):
+                continue
+            if cb.logger is None:
+                if not loggers:
+                    raise BadInput(f"{PROG}: --callback {expr!r} logs what it measures into a MetricsLogger, and "
+                                   f"this run has none: its values would reach nowhere. Add --callback "
+                                   f"\"MetricsLogger('metrics.csv')\" (it logs into the first one).")
+                cb.logger = loggers[0]
+            self._sinks.add(id(cb.logger))
+            name = getattr(cb, "name", None)
+            if name is None:
+                continue
+            other = names.setdefault((id(cb.logger), name), i)
+            if other != i:
+                raise BadInput(f"{PROG}: --callback {self.callback_exprs[other]!r} and --callback {expr!r} both log {name!r} into one "
+                               f"MetricsLogger, so their rows could not be told apart: give each its own name "
+                               f"(name='{name}_2').")
 
     def _install_state(self, path: str) -> None:
         from ._script_state import ScriptState
@@ -356,6 +394,7 @@ class Runner:
         except SyntaxError as exc:
             raise _bad_expression(expr, exc, scope, None) from None
         _import_modules(expr, tree, scope)
+        _load_entry_points(expr, tree, scope)
         try:
             value = eval(compile(tree, filename, "eval"), scope)  # noqa: S307 - the user's own
         except Exception as exc:
@@ -382,9 +421,13 @@ class Runner:
                 handle = register_global_callback(_Fired(event, self._fired), once=True)
                 self.handles.append(handle)  # removed with the rest, however the run ends
                 self._fired[event] = target.spec
-        for expr, cb in zip(self.callback_exprs, self.callbacks):
+        for expr, cb, when in zip(self.callback_exprs, self.callbacks, self._when):
+            if id(cb) in self._sinks and not cb.logs_rows_of(None):
+                self._attached.append(cb)  # only other callbacks' values: not attached (its state still kept)
+                continue
             try:
-                self.handles.append(register_global_callback(cb))
+                self.handles.append(register_global_callback(cb) if when is None else
+                                    register_global_callback(cb, when=when))
             except UnknownEventError as exc:
                 fix = ("--preset torch_optim names each optimizer's step 'step': pass event='step' (and "
                        "step_event=None, or a step of the script's own)" if "torch_optim" in
@@ -544,6 +587,52 @@ class _Gate:
 
     def remove(self) -> None:
         setattr(self.container, self.attr, self.joint)
+
+
+ENTRY_POINTS = "hookwrap.callbacks"
+
+
+def _load_entry_points(expr: str, tree: ast.Expression, scope: dict[str, Any]) -> None:
+    """A name the expression uses that is not in scope, registered by an installed
+    package in the ``hookwrap.callbacks`` entry-point group (``[project.entry-points.
+    "hookwrap.callbacks"] Saver = "mypackage.callbacks:Saver"``), is loaded into scope:
+    only the names used, so no other package is imported."""
+    import builtins
+    from importlib.metadata import entry_points
+
+    names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+    wanted = sorted(n for n in names if n not in scope and not hasattr(builtins, n))
+    if not wanted:
+        return
+    for point in entry_points(group=ENTRY_POINTS):
+        if point.name in wanted and point.name not in scope:
+            try:
+                scope[point.name] = point.load()
+            except Exception as exc:
+                raise _import_failed(expr, point.value, exc, f"the {ENTRY_POINTS} entry point {point.name!r} "
+                                     f"({point.dist.name if point.dist else 'a package'}): ") from None
+
+
+def _callback_condition(condition: str, expr: str) -> Callable[[Any], bool]:
+    """``--callback EXPR --when CONDITION``: the callback fires on a call only when
+    CONDITION, a Python expression of ``obj`` (the object whose method was called: the
+    optimizer, for --preset torch_optim's ``step``) and the script's globals, is true."""
+    try:
+        code = compile(condition, f"--when {condition}", "eval")
+    except SyntaxError as exc:
+        raise BadInput(f"{PROG}: --when {condition!r} (of --callback {expr!r}): not a Python expression "
+                       f"({exc.msg}). Write a condition of obj and the script's globals "
+                       f"(--when 'obj is optimizerD').") from None
+    modules = sys.modules  # "__main__" is the script's only once it runs
+
+    def when(obj: Any) -> bool:
+        try:
+            return bool(eval(code, vars(modules["__main__"]), {"obj": obj}))  # noqa: S307
+        except Exception as exc:
+            raise HookError(f"{PROG}: --when {condition!r} (of --callback {expr!r}) failed on this call: "
+                            f"{type(exc).__name__}: {exc}. Write a condition of obj (here a "
+                            f"{type(obj).__name__}) and the script's globals.") from exc
+    return when
 
 
 def _bad_expression(expr: str, exc: Exception, scope: dict[str, Any], shipped_error: Exception | None) -> BadInput:
@@ -751,7 +840,7 @@ def _script_traceback(tb: TracebackType | None) -> TracebackType | None:
 
 def run(script: str, args: Sequence[str] = (), presets: Sequence[str] = (), weaves: Sequence[str] = (),
         callbacks: Sequence[Any] = (), train_only: Sequence[str] = (), only: Sequence[str] = (),
-        stop_as: str | None = None, state: str | None = None) -> int:
+        stop_as: str | None = None, state: str | None = None, when: Sequence[str | None] = ()) -> int:
     """Run ``script`` with ``args`` as ``python script.py args`` would, with the presets,
     weaves and callbacks applied, then undo them all; returns the exit status (the
     script's ``sys.exit`` code; 1 after printing an uncaught exception; 2 for bad
@@ -761,9 +850,12 @@ def run(script: str, args: Sequence[str] = (), presets: Sequence[str] = (), weav
     ``only``: ``"EVENT: CONDITION"``, those that fire only when the condition holds.
     ``stop_as``: the exception a stop is delivered to the script as (``--stop-as``);
     ``state``: the file the callbacks' state rides on the script's checkpoints in
-    (``--state``)."""
+    (``--state``). ``when``: each callback's condition (``--when``) or None, in the
+    order of ``callbacks``."""
+    if len(when) > len(callbacks):
+        raise ValueError(f"run: {len(when)} conditions for {len(callbacks)} callbacks: give one (or None) each")
     runner = Runner(script, list(args), list(presets), [], list(callbacks), list(train_only), list(only),
-                    stop_as, state=state)
+                    stop_as, state=state, when=[*when, *[None] * (len(callbacks) - len(when))])
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     saved_main = sys.modules.get("__main__")
     _active.append(runner)

@@ -677,7 +677,8 @@ def test_messages_name_what_a_command_line_user_can_type(hw, tmp_path):
     result = _hookwrap_run(hw, "--weave", "evaluate=__main__:evaluate", "--callback",
                            "BestCheckpoint('b.pt', monitor='return_value', optimizer=None)", "train.py", cwd=tmp_path)
     assert "model='__main__:model'" in result.stderr
-    result = _hookwrap_run(hw, "--preset", "torch_optim", "--callback", "LRMonitor()", "train.py", cwd=tmp_path)
+    result = _hookwrap_run(hw, "--preset", "torch_optim", "--callback", "LRMonitor()", "--callback",
+                           "MetricsLogger('m.csv')", "train.py", cwd=tmp_path)
     assert result.returncode == 2 and "pass event='step'" in result.stderr
 
 
@@ -797,7 +798,7 @@ _RESUMES_ITSELF = """
             if iter_num > 0:
                 torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                             "iter_num": iter_num}, ckpt)
-        loss = model(torch.ones(8, 4) * iter_num).pow(2).mean()
+        loss = torch.nn.functional.mse_loss(model(torch.ones(8, 4) * iter_num), torch.zeros(8, 1))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -875,3 +876,199 @@ def test_state_saved_by_other_callbacks_is_refused_naming_them_and_the_fix(hw, t
     assert ("saved state for 'EarlyStopping[monitor=return_value,mode=min]', which no attached callback takes; "
             "no saved state for attached 'EarlyStopping[monitor=return_value,mode=max]'") in err, err
     assert "Resume with the --callback options of the run that saved it" in err
+
+
+def test_state_resume_gives_the_uninterrupted_runs_csv(hw, tmp_path, capsys):
+    """--state with a MetricsLogger: the run saved at iter 6, went on to 7 and ended;
+    resumed from its checkpoint, the CSV (losses and evaluations, at their steps)
+    equals the uninterrupted run's, and the rows the resumed run logged again are
+    in metrics.before-resume.csv."""
+    probe = _script(tmp_path, _RESUMES_ITSELF)
+    run = _runner(hw).run
+
+    def ran(folder: str, *args: str, state: str | None = None) -> str:
+        out = tmp_path / folder
+        out.mkdir(exist_ok=True)
+        status = run(str(probe), ["--out", str(out), *args], state=state, presets=["torch_optim"],
+                     weaves=["evaluate=__main__:estimate_loss", "loss=torch.nn.functional:mse_loss"],
+                     callbacks=["EarlyStopping('return_value', patience=2)",
+                                f"MetricsLogger({str(out / 'metrics.csv')!r}, tensorboard=False)"])
+        err = capsys.readouterr().err
+        assert status == 0, err
+        return err
+
+    ran("straight", "--iters", "20")
+    state = str(tmp_path / "run" / "hookwrap.state.pt")
+    ran("run", "--iters", "7", state=state)
+    with pytest.warns(hw.HookwrapWarning, match=r"rows of steps 6-6 were written, and logs from step 6 again"):
+        ran("run", "--iters", "20", "--resume", state=state)
+    straight = (tmp_path / "straight" / "metrics.csv").read_text().splitlines()
+    assert (tmp_path / "run" / "metrics.csv").read_text().splitlines() == straight
+    assert [row.split(",")[1] for row in straight].count("metric") == 5  # iters 0-8: the stop decided at 8
+    aside = (tmp_path / "run" / "metrics.before-resume.csv").read_text().splitlines()
+    assert aside[1:] == [row for row in straight[1:] if int(row.split(",")[0]) == 6]
+
+
+_TWO_MODELS = """
+    import torch
+    torch.manual_seed(0)
+    netD, netG = torch.nn.Linear(4, 1), torch.nn.Linear(2, 4)
+    optimizerD = torch.optim.SGD(netD.parameters(), lr=0.01)
+    optimizerG = torch.optim.SGD(netG.parameters(), lr=0.01)
+    for i in range(3):  # as dcgan: D's update, then G's
+        netD.zero_grad()
+        real = torch.randn(8, 4)
+        errD = netD(real).mean() - netD(netG(torch.randn(8, 2)).detach()).mean()
+        errD.backward()
+        optimizerD.step()
+        netG.zero_grad()
+        errG = -netD(netG(torch.randn(8, 2))).mean()
+        errG.backward()
+        optimizerG.step()
+    print("done")
+"""
+
+
+def test_measuring_callbacks_log_into_the_runs_metrics_logger_each_under_its_name(hw, tmp_path, capsys):
+    """dcgan's two models: a GradNorm for each, named, kept to its own optimizer's
+    steps with --when, logs into the run's MetricsLogger (a command line cannot pass
+    it one): D's norms at D's update count, G's at G's, each equal to the norm of its
+    model's gradients after its own update, computed here by hand. Without a
+    MetricsLogger, or with two under one name, the run is refused before the script
+    runs."""
+    probe = _script(tmp_path, _TWO_MODELS + """
+    import json, os
+    norms = json.loads(os.environ.get("NORMS_BY_HAND", "{}"))
+    """)
+    run = _runner(hw).run
+    csv = tmp_path / "m.csv"
+    norms = ["GradNorm(model='__main__:netD', event='step', name='grad_norm_D')",
+             "GradNorm(model='__main__:netG', event='step', name='grad_norm_G')"]
+    assert run(str(probe), [], presets=["torch_optim"], when=["obj is optimizerD", "obj is optimizerG"],
+               callbacks=[*norms, f"MetricsLogger({str(csv)!r}, tensorboard=False)"]) == 0
+    rows = [(int(step), name, float(value)) for step, name, value in
+            (line.split(",") for line in csv.read_text().splitlines()[1:])]
+    by_hand = _two_models_norms()
+    for name, expected in by_hand.items():
+        got = [(step, value) for step, value_name, value in rows if value_name == name]
+        assert [step for step, _ in got] == [1, 2, 3], rows  # its own optimizer's updates
+        assert [round(value, 5) for _, value in got] == [round(v, 5) for v in expected], (name, got, expected)
+    capsys.readouterr()
+    assert run(str(probe), [], presets=["torch_optim"], callbacks=norms[:1]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "logs what it measures into a MetricsLogger, and this run has none" in err
+    assert "Add --callback \"MetricsLogger('metrics.csv')\"" in err
+    assert run(str(probe), [], presets=["torch_optim"],
+               callbacks=["GradNorm(model='__main__:netD', event='step')", "GradNorm(model='__main__:netG', event='step')",
+                          f"MetricsLogger({str(csv)!r}, tensorboard=False)"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "both log 'grad_norm' into one MetricsLogger" in err and "name='grad_norm_2'" in err
+
+
+def _two_models_norms() -> dict[str, list[float]]:
+    """_TWO_MODELS by hand: the gradient norm of each model after its optimizer's step."""
+    torch.manual_seed(0)
+    netD, netG = torch.nn.Linear(4, 1), torch.nn.Linear(2, 4)
+    optimizerD = torch.optim.SGD(netD.parameters(), lr=0.01)
+    optimizerG = torch.optim.SGD(netG.parameters(), lr=0.01)
+    norms: dict[str, list[float]] = {"grad_norm_D": [], "grad_norm_G": []}
+
+    def norm(model: Any) -> float:
+        return float(torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None]))
+
+    for _ in range(3):
+        netD.zero_grad()
+        real = torch.randn(8, 4)
+        errD = netD(real).mean() - netD(netG(torch.randn(8, 2)).detach()).mean()
+        errD.backward()
+        optimizerD.step()
+        norms["grad_norm_D"].append(norm(netD))
+        netG.zero_grad()
+        errG = -netD(netG(torch.randn(8, 2))).mean()
+        errG.backward()
+        optimizerG.step()
+        norms["grad_norm_G"].append(norm(netG))
+    return norms
+
+
+def test_when_is_checked_before_the_script_runs_and_names_its_callback(hw, tmp_path, capsys):
+    probe = _script(tmp_path, _TWO_MODELS)
+    result = _hookwrap_run(hw, "--when", "obj is optimizerD", "probe.py", cwd=tmp_path)
+    assert result.returncode == 2 and "it applies to the --callback just before it, and there is none" \
+        in result.stderr
+    assert _runner(hw).run(str(probe), [], presets=["torch_optim"], callbacks=["StepTimer()"],
+                           when=["obj is"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "--when 'obj is' (of --callback 'StepTimer()'): not a Python expression" in err
+    assert _runner(hw).run(str(probe), [], presets=["torch_optim"], callbacks=["StepTimer()"],
+                           when=["obj is optimizerX"]) == 1
+    err = capsys.readouterr().err
+    assert "--when 'obj is optimizerX' (of --callback 'StepTimer()') failed on this call: NameError" in err
+
+
+def test_a_run_file_holds_the_options_and_the_command_line_adds_to_them(hw, tmp_path):
+    """--config run.toml: the dcgan run above from a file (script, preset, callbacks
+    with their --when), the same CSV as typed out; a --callback on the command line
+    adds to the file's; bad keys and values are refused naming the key and the fix."""
+    (tmp_path / "dcgan.py").write_text(textwrap.dedent(_TWO_MODELS))
+    (tmp_path / "run.toml").write_text(textwrap.dedent("""
+        script = "dcgan.py"
+        preset = ["torch_optim"]
+        callback = [
+            {expr = "GradNorm(model='__main__:netD', event='step', name='grad_norm_D')", when = "obj is optimizerD"},
+            {expr = "GradNorm(model='__main__:netG', event='step', name='grad_norm_G')", when = "obj is optimizerG"},
+            "MetricsLogger('m.csv', tensorboard=False)",
+        ]
+    """))
+    result = _hookwrap_run(hw, "--config", "run.toml", "--callback", "StepTimer()", cwd=tmp_path)
+    assert result.returncode == 0 and result.stdout == "done\n", result.stderr
+    assert "StepTimer: 6 steps" in result.stderr  # the command line's callback, beside the file's
+    rows = [line.split(",") for line in (tmp_path / "m.csv").read_text().splitlines()[1:]]
+    by_hand = _two_models_norms()
+    for name, expected in by_hand.items():
+        got = [(int(step), round(float(value), 5)) for step, row_name, value in rows if row_name == name]
+        assert got == [(i + 1, round(v, 5)) for i, v in enumerate(expected)]
+    for text, message in [
+        ("scrip = 'dcgan.py'\n", "--config bad.toml: no option 'scrip'. Did you mean 'script'?"),
+        ("preset = [1]\n", "preset must be a list of strings"),
+        ("callback = [{expr = 'StepTimer()', whn = 'obj'}]\n", "each callback is a --callback expression"),
+        ("args = ['--x']\n", "args are the script's arguments, and no script is named"),
+        ("script = \n", "not valid TOML"),
+    ]:
+        (tmp_path / "bad.toml").write_text(text)
+        result = _hookwrap_run(hw, "--config", "bad.toml", "dcgan.py", cwd=tmp_path)
+        assert result.returncode == 2 and message in result.stderr and result.stdout == "", result.stderr
+
+
+def test_a_callback_an_installed_package_registers_is_found_by_its_name(hw, tmp_path):
+    """The hookwrap.callbacks entry-point group: a package's callback is named in
+    --callback as the shipped ones are, and only the names used are loaded."""
+    site = tmp_path / "site"
+    (site / "mycallbacks-1.0.dist-info").mkdir(parents=True)
+    (site / "mycallbacks-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: mycallbacks\n"
+                                                                  "Version: 1.0\n")
+    (site / "mycallbacks-1.0.dist-info" / "entry_points.txt").write_text(
+        "[hookwrap.callbacks]\nCountSteps = mycallbacks:CountSteps\nBroken = mycallbacks_missing:Broken\n")
+    (site / "mycallbacks.py").write_text(textwrap.dedent("""
+        import atexit
+        import hookwrap as hw
+
+        class CountSteps(hw.Callback):
+            calls = 0
+
+            def post_step(self, obj):
+                CountSteps.calls += 1
+
+        atexit.register(lambda: print("steps counted:", CountSteps.calls))
+    """))
+    (tmp_path / "dcgan.py").write_text(textwrap.dedent(_TWO_MODELS))
+    env_path = f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+    env = dict(os.environ, PYTHONPATH=env_path, HOOKWRAP_NO_EXTENSIONS="" if hw.USING_EXTENSION else "1")
+    result = subprocess.run([sys.executable, "-m", "hookwrap", "run", "--preset", "torch_optim", "--callback",
+                             "CountSteps()", "dcgan.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0 and result.stdout == "done\nsteps counted: 6\n", result.stderr
+    result = subprocess.run([sys.executable, "-m", "hookwrap", "run", "--callback", "Broken()", "dcgan.py"],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "the hookwrap.callbacks entry point 'Broken' (mycallbacks)" in result.stderr
+    assert "No module named 'mycallbacks_missing'" in result.stderr

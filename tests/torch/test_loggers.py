@@ -271,3 +271,62 @@ def test_a_logger_with_loggers_pickles_copies_and_resumes(hw, ht):
     hw.load_callback_state(fresh, state)
     fresh.fit(1)
     assert [step for step, _ in again.calls] == [4, 5, 6, 6]  # the resumed run goes on counting
+
+
+def _epochs_loop(hw: Any) -> Any:
+    class Loop(hw.Hookable):
+        def __init__(self) -> None:
+            torch.manual_seed(0)
+            self.model = torch.nn.Linear(3, 1)
+            self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+            self.batches = _data(3)
+
+        @hw.hookable
+        def fit(self, first: int, last: int) -> None:
+            for index in range(first, last):
+                for batch in self.batches:
+                    self.step(batch)
+                self.evaluate(index)
+
+        @hw.hookable
+        def step(self, batch: Any) -> Any:
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self.model(x), y)
+            loss.backward()
+            self.optimizer.step()
+            self.optimizer.zero_grad()
+            return loss
+
+        @hw.hookable
+        def evaluate(self, index: int) -> dict[str, float]:
+            return {"val_loss": 1.0 / (index + 1)}
+
+    return Loop()
+
+
+def test_a_resumed_run_logs_each_step_once_and_sets_aside_what_it_redoes(hw, ht, tmp_path):
+    """A checkpoint after epoch 1, a run on through epoch 2 that dies, then a resume
+    from the checkpoint: the CSV equals the uninterrupted run's (each step once), and
+    the dead run's rows of epoch 2 are in metrics.before-resume.csv, said."""
+    straight = _epochs_loop(hw)
+    straight.add_callback(ht.MetricsLogger(tmp_path / "straight.csv", loss_event="step", tensorboard=False))
+    straight.fit(0, 3)
+    path = tmp_path / "metrics.csv"
+    first = _epochs_loop(hw)
+    first.add_callback(ht.MetricsLogger(path, loss_event="step", tensorboard=False))
+    first.fit(0, 1)
+    checkpoint = {"model": copy.deepcopy(first.model.state_dict()),
+                  "optimizer": copy.deepcopy(first.optimizer.state_dict()), "callbacks": hw.callback_state(first)}
+    first.fit(1, 2)  # then the process dies: these rows are logged again by the resumed run
+    resumed = _epochs_loop(hw)
+    resumed.model.load_state_dict(checkpoint["model"])
+    resumed.optimizer.load_state_dict(checkpoint["optimizer"])
+    resumed.add_callback(ht.MetricsLogger(path, loss_event="step", tensorboard=False))
+    hw.load_callback_state(resumed, checkpoint["callbacks"])
+    with pytest.warns(hw.HookwrapWarning, match=r"resumed from a state saved before 4 rows of steps 4-6 were "
+                                                  r"written, and logs from step 4 again: those rows were moved to"):
+        resumed.fit(1, 3)
+    expected = (tmp_path / "straight.csv").read_text()
+    assert path.read_text() == expected and expected.count("\n") == 1 + 9 + 3
+    aside = (tmp_path / "metrics.before-resume.csv").read_text().splitlines()
+    assert aside[0] == "step,name,value" and aside[1:] == expected.splitlines()[5:9]

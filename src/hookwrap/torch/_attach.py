@@ -27,7 +27,7 @@ from .steps import UpdateAxis, axis_of, update_axes
 
 __all__ = ["COUNT", "FRAMEWORK_GRAD_NORM", "FRAMEWORK_READING", "FRAMEWORK_RESUME", "FRAMEWORK_STEP", "NUMBER_OR_NONE", "CountingCallback", "DefaultEvent", "LogsInto", "On", "Saved",
            "ShippedCallback", "Source", "checked_logger", "framework_reading", "framework_resume", "framework_step", "from_object", "is_rank_zero",
-           "is_reference", "positive_number", "resolve_reference", "saved", "settle_logger", "to_float",
+           "is_reference", "logged_name", "positive_number", "resolve_reference", "saved", "settle_logger", "to_float",
            "whole_number"]
 
 
@@ -527,6 +527,14 @@ class LogsInto(Defers):
 
     def settle(self, obj: Any, ending: Ending) -> None:
         settle_logger(self.logger, obj, ending)
+
+
+def logged_name(name: Any, where: str) -> str:
+    """The name a callback logs its values under (a column of the logger's rows)."""
+    if not isinstance(name, str) or not name:
+        raise HookError(f"{where}: name is the name its values are logged under, a non-empty string such as "
+                        f"'grad_norm', got {name!r}.")
+    return name
 
 
 def settle_logger(logger: Any, obj: Any, ending: Any) -> None:

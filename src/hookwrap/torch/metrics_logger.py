@@ -52,16 +52,35 @@ class MetricsSink(Protocol):
 
 class CSVWriter:
     """Rows ``step,name,value`` to the CSV file ``path`` (appending to what is there,
-    a header first in a new file): the logger ``MetricsLogger(path)`` writes with."""
+    a header first in a new file): the logger ``MetricsLogger(path)`` writes with.
+
+    A resumed run (``resume_at``) logs again the steps that followed its checkpoint:
+    when its first row comes, the rows written after the checkpoint's state was saved
+    at that step or later are moved to ``<name>.before-resume.csv`` beside the file
+    (said with a ``HookwrapWarning``), so the CSV holds each step once, as the
+    uninterrupted run's does, and nothing written is lost."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._file: Any = None
+        self._resumed_at: int | None = None  # the file's size when the state resumed was saved
+
+    def size(self) -> int | None:
+        """The bytes written so far (None: no file yet)."""
+        self.save()
+        return self.path.stat().st_size if self.path.exists() else None
+
+    def resume_at(self, size: int) -> None:
+        """A resumed run goes on from when the file held ``size`` bytes; what was
+        written after that is sorted out at its first row (``_set_aside_redone``)."""
+        self.finalize("success")
+        self._resumed_at = size
 
     def __repr__(self) -> str:
         return f"CSVWriter({str(self.path)!r})"
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        said = self._set_aside_redone(self._resumed_at, step) if self._resumed_at is not None else None
         if self._file is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             new = not self.path.exists() or self.path.stat().st_size == 0
@@ -70,10 +89,50 @@ class CSVWriter:
             if new:
                 self._file.write("step,name,value\n")
         csv.writer(self._file).writerows((step, name, value) for name, value in metrics.items())
+        if said:  # once the rows are written: a warning turned error loses none
+            warnings.warn(said, HookwrapWarning, stacklevel=2)
 
     def save(self) -> None:
         if self._file is not None:
             self._file.flush()
+
+    def _set_aside_redone(self, size: int, step: int) -> str | None:
+        """The rows past byte ``size`` at ``step`` or later, which the resumed run logs
+        again from ``step``, moved to the ``.before-resume.csv`` file beside this one;
+        returns what to say of it."""
+        import io
+
+        self._resumed_at = None
+        if not self.path.exists():
+            return None
+        with open(self.path, "r+b") as f:
+            if size > os.fstat(f.fileno()).st_size:
+                return None  # shorter than when the state was saved: not the file it counted
+            f.seek(max(size - 1, 0))
+            if size == 0:
+                size = len(f.readline())  # the header, written with the first row
+            elif f.read(1) != b"\n":
+                return None  # not a row's end: not the file it counted
+            tail = f.read().decode("utf-8")
+            rows = list(csv.reader(io.StringIO(tail, newline="")))
+            redone = [row for row in rows if row and int(row[0]) >= step]
+            if not redone:
+                return None
+            kept = io.StringIO(newline="")
+            csv.writer(kept).writerows(row for row in rows if row and int(row[0]) < step)
+            f.seek(size)
+            f.truncate()
+            f.write(kept.getvalue().encode("utf-8"))
+        aside = self.path.with_name(f"{self.path.stem}.before-resume{self.path.suffix}")
+        new = not aside.exists() or aside.stat().st_size == 0
+        with open(aside, "a", newline="", encoding="utf-8") as out:
+            if new:
+                out.write("step,name,value\n")
+            csv.writer(out).writerows(redone)
+        steps = sorted({int(row[0]) for row in redone})
+        return (f"MetricsLogger: {self.path}: the run resumed from a state saved before {len(redone)} rows of "
+                f"steps {steps[0]}-{steps[-1]} were written, and logs from step {step} again: those rows were moved "
+                f"to {aside}, so the CSV holds each step once.")
 
     def finalize(self, status: str) -> None:
         """Close the file (a later row reopens it)."""
@@ -101,6 +160,15 @@ class TensorBoardWriter:
     def __init__(self, dir: str | os.PathLike[str]) -> None:
         self.dir = Path(dir)
         self._writer: Any = None
+        self._resumed = False
+
+    def resume(self) -> None:
+        """A resumed run logs again the steps that followed its checkpoint: its first
+        value's step is the ``purge_step`` of the next event file, so TensorBoard
+        drops the earlier run's values from that step on, as for a crashed and
+        resumed experiment."""
+        self.finalize("success")
+        self._resumed = True
 
     def __repr__(self) -> str:
         return f"TensorBoardWriter({str(self.dir)!r})"
@@ -109,7 +177,8 @@ class TensorBoardWriter:
         if self._writer is None:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._writer = SummaryWriter(str(self.dir))
+            purge, self._resumed = self._resumed, False
+            self._writer = SummaryWriter(str(self.dir), purge_step=step if purge else None)
         for name, value in metrics.items():
             self._writer.add_scalar(name, value, step)
 
@@ -204,7 +273,10 @@ class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
     A logger that raises misses the rest of that batch; the other loggers still
     get theirs, and then its exception propagates with a note naming it and the
     steps it missed (when ``fit`` failed already: a note on that error instead).
-    A resumed run (``load_callback_state``) appends. Under torch.distributed only
+    A resumed run (``load_callback_state``) appends, and logs again the steps
+    that followed its checkpoint: their earlier rows are moved out of the CSV to
+    ``<name>.before-resume.csv`` (``CSVWriter``) and purged from TensorBoard, so
+    each step appears once. Under torch.distributed only
     rank 0 logs (``rank_zero_only``); elsewhere ``log()`` drops its values without
     reading them back from the device.
     """
@@ -274,6 +346,12 @@ class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
         if self.path is not None:
             return f"MetricsLogger[{self.path}]"
         return f"MetricsLogger[{','.join(_name(s) for s in self.sinks)}]"
+
+    def logs_rows_of(self, target: type | None) -> bool:
+        """Does ``target`` (None: the global tier) have a join point this logger logs
+        rows of (loss, metrics, epoch, a framework's log)? Without one it only takes
+        other callbacks' values, and is not attached."""
+        return any(self.wants(target, self.events[k]) for k in ("loss", "metrics", "epoch", "log"))
 
     def attach(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:
         e = {k: v for k, v in self.events.items() if self.wants(target, v)}
@@ -506,11 +584,20 @@ class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
         return self.csv.read()
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "losses": self.losses}
+        state = {**super().state_dict(), "losses": self.losses}
+        if self.csv is not None and is_rank_zero():  # what was logged up to now, written: where a resume cuts
+            self.read_back()
+            self.flush()
+            state["csv_bytes"] = self.csv.size() or 0
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.losses = state["losses"]
+        if self.csv is not None and isinstance(state.get("csv_bytes"), int):
+            self.csv.resume_at(state["csv_bytes"])
+        if self.tensorboard is not None:
+            self.tensorboard.resume()
 
     def __getstate__(self) -> dict[str, Any]:
         self.read_back()

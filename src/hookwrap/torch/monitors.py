@@ -10,8 +10,8 @@ import torch
 
 from ..errors import HookError, HookwrapWarning
 from ..extend import reader
-from ._attach import (CountingCallback, DefaultEvent, LogsInto, On, checked_logger,
-                      framework_grad_norm, whole_number)
+from ._attach import (CountingCallback, DefaultEvent, LogsInto, On, checked_logger, framework_grad_norm,
+                      logged_name, whole_number)
 from .grad_scaler import scale_of_gradients
 from .readback import QueuesReadBacks, shared
 
@@ -25,7 +25,8 @@ class GradNorm(LogsInto, QueuesReadBacks, CountingCallback):
     ``every`` calls. The norm is computed on the device and queued for read-back with
     the other shipped callbacks' values (:mod:`hookwrap.torch.readback`), not read
     each time. ``history`` holds ``(step, norm)`` (reading it, or ``last``, reads back
-    what is still queued); ``logger`` (a MetricsLogger) gets ``grad_norm``, and
+    what is still queued); ``logger`` (a MetricsLogger) gets it as ``name``
+    (``grad_norm``; another name for each of several models), and
     with one the norms queued are settled into it at the end of ``fit`` however it
     ends (and at the other endings of ``hookwrap.extend.Defers``).
 
@@ -39,10 +40,11 @@ class GradNorm(LogsInto, QueuesReadBacks, CountingCallback):
 
     def __init__(self, model: Any = "model", norm_type: float = 2.0, every: int = 1,
                  event: str = "backward", logger: Any = None,
-                 step_event: str | None = DefaultEvent("step")) -> None:
+                 step_event: str | None = DefaultEvent("step"), name: str = "grad_norm") -> None:
         super().__init__(step_event)
         whole_number(every, "every", "GradNorm")
         self.model, self.norm_type, self.every, self.event = model, norm_type, every, event
+        self.name = logged_name(name, "GradNorm")
         self.logger = checked_logger(logger, "GradNorm")
         self._history: list[tuple[int, float]] = []
         self._queued = 0  # norms not yet read back
@@ -116,7 +118,7 @@ class GradNorm(LogsInto, QueuesReadBacks, CountingCallback):
         self._queued += 1
         shared().put(norm, functools.partial(self._read, self.step))
         if self.logger is not None:
-            self.logger.log("grad_norm", norm, self.row_step())
+            self.logger.log(self.name, norm, self.row_step())
 
     def _read(self, step: int, values: list[float]) -> None:
         self._queued -= 1
@@ -160,15 +162,17 @@ def total_norm(tensors: list[Any], norm_type: float) -> Any:
 class LRMonitor(LogsInto, CountingCallback):
     """After each call of ``event`` (default ``"optimizer_step"``), the learning rate
     of each parameter group of ``optimizer`` (the join point's argument of that name,
-    else an attribute of the hooked object, or the optimizer itself). ``history`` holds ``(step, [lr per group])`` each time they change; ``logger`` gets
-    ``lr`` (``lr/<i>`` for several groups), settled into it at the end of ``fit`` as
+    else an attribute of the hooked object, or the optimizer itself). ``history``
+    holds ``(step, [lr per group])`` each time they change; ``logger`` gets them as
+    ``name`` (``lr``; ``lr/<i>`` for several groups), settled into it at the end of ``fit`` as
     ``GradNorm``'s norms are. Attached to an optimizer (its ``step`` the event), it
     reads that optimizer."""
 
     def __init__(self, optimizer: Any = "optimizer", event: str = "optimizer_step",
-                 logger: Any = None, step_event: str | None = DefaultEvent("step")) -> None:
+                 logger: Any = None, step_event: str | None = DefaultEvent("step"), name: str = "lr") -> None:
         super().__init__(step_event)
         self.optimizer, self.event = optimizer, event
+        self.name = logged_name(name, "LRMonitor")
         self.logger = checked_logger(logger, "LRMonitor")
         self.history: list[tuple[int, list[float]]] = []
 
@@ -180,7 +184,7 @@ class LRMonitor(LogsInto, CountingCallback):
             self.history.append((self.step, lrs))
         if self.logger is not None:
             for i, lr in enumerate(lrs):
-                self.logger.log("lr" if len(lrs) == 1 else f"lr/{i}", lr, self.row_step())
+                self.logger.log(self.name if len(lrs) == 1 else f"{self.name}/{i}", lr, self.row_step())
 
     @property
     def last(self) -> list[float] | None:

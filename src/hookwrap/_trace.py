@@ -1,0 +1,235 @@
+"""``hookwrap trace SCRIPT [ARGS]``: run a script's first optimizer steps and say what
+it calls per step (its own functions, the loss functions with gradients on and off,
+``backward``, each optimizer's ``step``, gradient clipping, an evaluation under
+``torch.no_grad()``), then print a ``hookwrap run`` command, ready to run, that logs
+its loss, its evaluation and its updates.
+
+The script runs as under ``hookwrap run`` (its argv, ``__main__``, ``--preset
+torch_optim`` to count the steps), with ``sys.setprofile`` watching the calls, and
+is stopped after ``--steps`` optimizer steps (or at its end, if sooner): what it
+would print after that is not printed."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import shlex
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+__all__ = ["trace"]
+
+PROG = "hookwrap trace"
+
+# A loss of torch.nn.functional: what its name says (cross_entropy, nll_loss, mse_loss,
+# binary_cross_entropy_with_logits, ...).
+_LOSS_WORDS = ("loss", "cross_entropy")
+
+
+class _Traced(BaseException):
+    """Raised after the steps wanted: ends the script, whatever it catches (not an
+    Exception: an ``except Exception`` or ``except KeyboardInterrupt`` lets it by)."""
+
+
+@dataclass
+class _Seen:
+    """What one callable was seen doing."""
+
+    spec: str  # as --weave names it: MODULE:FUNCTION
+    kind: str  # "script", "loss", "backward", "clip"
+    with_grad: int = 0
+    without_grad: int = 0
+    returned: Counter[str] = field(default_factory=Counter)  # kinds of values it returned
+    evaluates: bool = False  # a loss was computed without gradients while it ran
+
+    @property
+    def calls(self) -> int:
+        return self.with_grad + self.without_grad
+
+
+class _Watch:
+    """The ``sys.setprofile`` function: each call of interest counted, with the grad
+    mode it ran in; the script's own functions' return values classified."""
+
+    def __init__(self, script: str) -> None:
+        import torch
+
+        self.script = script
+        self.is_grad_enabled = torch.is_grad_enabled
+        functional = os.path.dirname(torch.nn.functional.__file__)
+        self.functional = os.path.join(functional, "functional.py")
+        self.tensor = os.path.join(os.path.dirname(torch.__file__), "_tensor.py")
+        self.clip = os.path.join(functional, "utils", "clip_grad.py")
+        self.seen: dict[Any, _Seen] = {}
+        self.stack: list[_Seen] = []  # the script's functions running now
+
+    def __call__(self, frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call":
+            seen = self._classify(frame)
+            if seen is None:
+                return
+            if self.is_grad_enabled():
+                seen.with_grad += 1
+            else:
+                seen.without_grad += 1
+                if seen.kind == "loss":
+                    for caller in self.stack:
+                        caller.evaluates = True
+            if seen.kind == "script":
+                self.stack.append(seen)
+        elif event == "return" and self.stack and frame.f_code.co_filename == self.script:
+            seen = self.seen.get(frame.f_code)
+            if seen is not None and self.stack[-1] is seen:
+                self.stack.pop()
+                seen.returned[_kind(arg)] += 1
+
+    def _classify(self, frame: FrameType) -> _Seen | None:
+        code = frame.f_code
+        seen = self.seen.get(code)
+        if seen is not None:
+            return seen
+        filename, name = code.co_filename, code.co_name
+        if filename == self.script:
+            qualname = code.co_qualname
+            if name.startswith("<") or "<" in qualname or not code.co_flags & inspect.CO_OPTIMIZED:
+                return None  # the module, a class body, a comprehension, a lambda, a nested function
+            seen = _Seen(f"__main__:{qualname}", "script")
+        elif filename == self.functional and any(w in name for w in _LOSS_WORDS) and not name.startswith("_"):
+            seen = _Seen(f"torch.nn.functional:{name}", "loss")
+        elif filename == self.tensor and name == "backward":
+            seen = _Seen("torch.Tensor.backward", "backward")
+        elif filename == self.clip and name in ("clip_grad_norm_", "clip_grad_value_"):
+            seen = _Seen(f"torch.nn.utils:{name}", "clip")
+        else:
+            return None
+        self.seen[code] = seen
+        return seen
+
+
+def _kind(value: Any) -> str:
+    """What a function returned, as an evaluation's result is read: a number (a float,
+    a one-element tensor), a mapping of them, or something else."""
+    if isinstance(value, bool):
+        return "other"
+    if isinstance(value, (int, float)):
+        return "number"
+    numel = getattr(value, "numel", None)
+    if numel is not None and callable(numel) and numel() == 1:
+        return "number"
+    if isinstance(value, dict) and value and all(_kind(v) == "number" for v in value.values()):
+        return "mapping"
+    return "other"
+
+
+@dataclass
+class _Steps:
+    """Counts the optimizers' steps (``--preset torch_optim``'s ``step``) and ends the
+    script after ``wanted`` of them."""
+
+    wanted: int
+    done: int = 0
+    by_optimizer: Counter[int] = field(default_factory=Counter)
+    optimizers: dict[int, Any] = field(default_factory=dict)
+
+    def __call__(self, obj: Any) -> None:
+        self.done += 1
+        self.by_optimizer[id(obj)] += 1
+        self.optimizers[id(obj)] = obj
+        if self.done >= self.wanted:
+            raise _Traced
+
+
+def trace(script: str, args: list[str], steps: int = 20, out: Any = None) -> int:
+    """Trace ``script`` run with ``args`` for its first ``steps`` optimizer steps;
+    print what it calls per step and a ``hookwrap run`` command; return the status."""
+    from ._script_runner import run
+
+    out = out if out is not None else sys.stdout
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print(f"{PROG}: it needs torch (it counts torch.optim steps): pip install torch", file=sys.stderr)
+        return 2
+    path = os.path.abspath(script)
+    watch = _Watch(path)
+    counted = _Steps(steps)
+    names: dict[int, str] = {}
+
+    def name_optimizers(obj: Any) -> None:  # before the script's globals are gone
+        module = sys.modules.get("__main__")
+        for name, value in vars(module).items() if module is not None else ():
+            if id(value) in counted.optimizers or id(value) == id(obj):
+                names.setdefault(id(value), name)
+        counted(obj)
+
+    previous = sys.getprofile()
+    sys.setprofile(watch)
+    ended = "ran to its end"
+    try:
+        status = run(script, args, presets=["torch_optim"], callbacks=[("post-step", name_optimizers)])
+    except _Traced:
+        status, ended = 0, f"stopped after {counted.done} optimizer steps (--steps {steps})"
+    finally:
+        sys.setprofile(previous)
+    if status != 0:
+        print(f"{PROG}: {script} ended with status {status} before it was traced: fix the run above.",
+              file=sys.stderr)
+        return status
+    _report(script, args, ended, watch, counted, names, out)
+    return 0
+
+
+def _report(script: str, args: list[str], ended: str, watch: _Watch, counted: _Steps, names: dict[int, str],
+            out: Any) -> None:
+    steps = max(counted.done, 1)
+
+    def say(line: str = "") -> None:
+        print(line, file=out)
+
+    say(f"{PROG}: {script} {ended}.")
+    if not counted.done:
+        say("No torch.optim optimizer stepped: nothing is counted per step, and no update to log.")
+    say()
+    say(f"per optimizer step ({counted.done} steps):")
+    for opt_id, count in counted.by_optimizer.most_common():
+        optimizer = counted.optimizers[opt_id]
+        say(f"  {count / steps:6.2f}  {type(optimizer).__name__}.step  ({names.get(opt_id, 'an optimizer')})")
+    seen = sorted(watch.seen.values(), key=lambda s: (-s.calls, s.spec))
+    for s in seen:
+        grad = ""
+        if s.kind == "loss":
+            grad = f"  loss: {s.with_grad} with gradients, {s.without_grad} without"
+        elif s.kind == "script" and s.evaluates:
+            grad = "  computes a loss under torch.no_grad(): an evaluation"
+        say(f"  {s.calls / steps:6.2f}  {s.spec}{grad}")
+    command = _proposal(script, args, seen, counted, names)
+    say()
+    say("logs the loss, the evaluation and the updates to metrics.csv:")
+    say("  " + shlex.join(command))
+
+
+def _proposal(script: str, args: list[str], seen: list[_Seen], counted: _Steps, names: dict[int, str]) -> list[str]:
+    command = ["hookwrap", "run", "--preset", "torch_optim"]
+    losses = [s for s in seen if s.kind == "loss" and s.with_grad]
+    if losses:
+        loss = max(losses, key=lambda s: s.with_grad)
+        command += ["--weave", f"loss={loss.spec}"]
+        if loss.without_grad:
+            command += ["--train-only", "loss"]
+    evaluations = [s for s in seen if s.kind == "script" and s.evaluates
+                   and set(s.returned) & {"number", "mapping"} and not s.returned["other"]]
+    if evaluations:
+        # the outermost: the one that returns the evaluation's result, called least often
+        evaluation = min(evaluations, key=lambda s: (s.calls, s.spec))
+        command += ["--weave", f"evaluate={evaluation.spec}"]
+    command += ["--callback", 'MetricsLogger("metrics.csv")']
+    optimizers = [names.get(opt_id) for opt_id in counted.by_optimizer]
+    if len(optimizers) == 1:
+        command += ["--callback", 'LRMonitor(event="step")']
+    elif optimizers and None not in optimizers:  # each its own learning rate, at its own update count
+        for name in optimizers:
+            command += ["--callback", f'LRMonitor(event="step", name="lr_{name}")', "--when", f"obj is {name}"]
+    return [*command, script, *args]
