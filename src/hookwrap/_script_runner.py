@@ -153,6 +153,7 @@ class Runner:
     _attached: list[Any] = field(default_factory=list)  # the callbacks registered (their summaries are said)
     _when: list[Any] = field(default_factory=list)  # the --when conditions, compiled
     _sinks: set[int] = field(default_factory=set)  # ids of the MetricsLoggers other callbacks log into
+    _fit: Any = None  # the script's run as join point "fit": its generator, running (ScriptRun)
 
     # --- before the script -------------------------------------------------------
 
@@ -415,6 +416,8 @@ class Runner:
         from ._callback import register_global_callback
 
         self._registered = True
+        if not self._makes_fit():
+            self._fit = ScriptRun.make()  # before the callbacks: they find join point "fit"
         for target in self.weaves:  # a join point the script never calls is said at the end
             event = target.event or target.attr
             if event not in self._fired:
@@ -439,6 +442,20 @@ class Runner:
             self._attached.append(cb)
         if self._state is not None:
             self._state.attach(self._attached)
+        if self._fit is not None:
+            self._fit.begin()
+
+    def _makes_fit(self) -> bool:
+        """Does a preset or a --weave of this run make join point ``fit``?"""
+        return any((target.event or target.attr) == "fit" for target in self.weaves) or any(
+            "fit" in getattr(handle, "events", {}) for handle in self.handles)
+
+    def end_run(self, exc: BaseException | None) -> None:
+        """The script ended (``exc`` None: normally, or by a stop or ``sys.exit(0)``):
+        so does its ``fit``."""
+        fit, self._fit = self._fit, None
+        if fit is not None:
+            fit.end(exc)
 
     # --- while the script runs ---------------------------------------------------
 
@@ -479,6 +496,7 @@ class Runner:
     # --- after ----------------------------------------------------------------------
 
     def undo(self) -> None:
+        self.end_run(None)  # a run that ended before its end was seen (BadInput mid-script)
         if self._state is not None:
             self._state.remove()
         for handle in reversed(self.handles):
@@ -553,7 +571,9 @@ class _Gate:
         event = target.event or target.attr
         if isinstance(container, type):
             raise BadInput(f"{PROG}: --train-only/--only {event!r}: {target.spec!r} is a method; they gate "
-                           f"functions (a method's object tells training apart itself).")
+                           f"functions. A loss module's forward (NLLLoss.forward) calls its functional, whose "
+                           f"calls they gate: --weave {event}=torch.nn.functional:nll_loss (hookwrap trace "
+                           f"names the one the script calls). Or keep a callback to some calls with --when.")
         is_grad_enabled: Any = None
         if train_only:
             try:
@@ -611,6 +631,48 @@ def _load_entry_points(expr: str, tree: ast.Expression, scope: dict[str, Any]) -
             except Exception as exc:
                 raise _import_failed(expr, point.value, exc, f"the {ENTRY_POINTS} entry point {point.name!r} "
                                      f"({point.dist.name if point.dist else 'a package'}): ") from None
+
+
+class ScriptRun:
+    """The script's run as join point ``fit`` (a generator join point, the object
+    None), where no preset or weave makes one: callbacks that act at a run's start and
+    end (``Checkpoint(on_signal=..., on_exception=True)``, the loggers' finalize) work
+    on a module-level loop. It starts once the callbacks are registered, before the
+    script or partway (when it defines a function woven), and ends with the script:
+    ``error-fit`` for an exception leaving it, ``post-fit`` otherwise."""
+
+    def __init__(self, join_point: Any) -> None:
+        self.join_point: Any = join_point
+        self.generator: Any = None
+
+    @classmethod
+    def make(cls) -> ScriptRun:
+        from ._hookable import hookable
+
+        def script() -> Any:
+            yield
+
+        return cls(hookable("fit")(script))
+
+    def begin(self) -> None:
+        self.generator = self.join_point()
+        next(self.generator)  # pre-fit
+
+    def end(self, exc: BaseException | None) -> None:
+        generator, self.generator, self.join_point = self.generator, None, None  # the join point goes with it
+        if generator is None:
+            return
+        if exc is None:
+            next(generator, None)  # post-fit
+            return
+        traceback = exc.__traceback__  # as the script raised it: the throw adds this module's frames
+        try:
+            generator.throw(exc)  # error-fit
+        except BaseException as raised:
+            if raised is not exc:
+                raise
+        finally:
+            exc.__traceback__ = traceback
 
 
 def _callback_condition(condition: str, expr: str) -> Callable[[Any], bool]:
@@ -881,7 +943,14 @@ def run(script: str, args: Sequence[str] = (), presets: Sequence[str] = (), weav
             # The script's end settles every deferring callback (rows written, NaN
             # checks decided) before they are removed, however it ends.
             with boundary():
-                exec(code, vars(module))
+                try:
+                    exec(code, vars(module))
+                except BaseException as exc:
+                    ended = exc.code in (None, 0) if isinstance(exc, SystemExit) else \
+                        isinstance(exc, StopTraining) or isinstance(exc.__cause__, StopTraining)
+                    runner.end_run(None if ended else exc)
+                    raise
+                runner.end_run(None)
         except BadInput as bad:
             print(bad.message, file=sys.stderr)
             return 2

@@ -1072,3 +1072,83 @@ def test_a_callback_an_installed_package_registers_is_found_by_its_name(hw, tmp_
                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2 and "the hookwrap.callbacks entry point 'Broken' (mycallbacks)" in result.stderr
     assert "No module named 'mycallbacks_missing'" in result.stderr
+
+
+_MODULE_LEVEL_LOOP = """
+    import os, signal, sys
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for it in range(6):
+        loss = model(torch.ones(2, 4) * it).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        print("iter", it, flush=True)
+        if it == 2 and os.environ.get("END") == "signal":
+            os.kill(os.getpid(), signal.SIGTERM)  # as a scheduler's preemption
+        if it == 2 and os.environ.get("END") == "error":
+            raise RuntimeError("the data loader died")
+    print("done")
+"""
+
+
+def _weights_after(updates: int) -> dict[str, Any]:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for it in range(updates):
+        loss = model(torch.ones(2, 4) * it).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.state_dict()
+
+
+@pytest.mark.parametrize("end, status, saved, updates", [
+    ("signal", 143, "signal.pt", 4),  # noted during update 3, saved once the next update completes
+    ("error", 1, "exception.pt", 3),  # the run as it was after its last completed update
+])
+def test_a_module_level_loop_is_the_run_so_signals_and_errors_save(hw, tmp_path, end, status, saved, updates):
+    """The script's run is join point ``fit``: Checkpoint(on_signal=..., on_exception=True)
+    works on a loop with no function to weave, with model=/optimizer= naming the
+    script's globals, made after the run starts."""
+    (tmp_path / "loop.py").write_text(textwrap.dedent(_MODULE_LEVEL_LOOP))
+    env = dict(os.environ, END=end, HOOKWRAP_NO_EXTENSIONS="" if hw.USING_EXTENSION else "1")
+    result = subprocess.run([sys.executable, "-m", "hookwrap", "run", "--preset", "torch_optim", "--callback",
+                             "Checkpoint('ck', on_signal='SIGTERM', on_exception=True, model='__main__:model', "
+                             "optimizer='__main__:optimizer')", "loop.py"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == status, result.stderr
+    assert "done" not in result.stdout
+    checkpoint = torch.load(tmp_path / "ck" / saved, weights_only=True)
+    assert checkpoint["step"] == updates
+    for name, value in _weights_after(updates).items():
+        assert torch.equal(checkpoint["model"][name], value), name
+    assert checkpoint["optimizer"]["state"] == {} or checkpoint["optimizer"]["param_groups"][0]["lr"] == 0.1
+
+
+def test_the_scripts_run_is_no_second_fit_beside_a_weaved_one(hw, tmp_path, capsys):
+    """With a fit of the script's own woven, callbacks see that one alone."""
+    probe = _script(tmp_path, """
+        import torch
+        model = torch.nn.Linear(2, 1)
+        def fit():
+            for _ in range(2):
+                model(torch.ones(1, 2)).sum().backward()
+        fit()
+        fit()
+    """)
+    seen = []
+    assert _runner(hw).run(str(probe), [], weaves=["fit=__main__:fit"],
+                           callbacks=[("pre-fit", lambda: seen.append("fit"))]) == 0
+    assert seen == ["fit", "fit"]
+    seen.clear()
+    assert _runner(hw).run(str(probe), [], callbacks=[("pre-fit", lambda: seen.append("script"))]) == 0
+    assert seen == ["script"]
+    import hookwrap._joinpoints as joinpoints
+    import gc
+    gc.collect()
+    assert not [jp for jp in joinpoints.all_join_points() if jp.event == "fit"]  # gone with the run

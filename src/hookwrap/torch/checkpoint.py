@@ -18,7 +18,7 @@ from ..errors import HookError, HookwrapWarning, add_note_once
 from .. import callback_state, load_callback_state
 from ..extend import JoinPointInfo, anchored, is_join_point, per_join_point, reader, runs_last, stateful_callbacks
 from ._attach import (COUNT, NUMBER_OR_NONE, CountingCallback, DefaultEvent, Saved, framework_resume, from_object,
-                      is_rank_zero, saved, whole_number)
+                      is_rank_zero, is_reference, saved, whole_number)
 from ._best import MonitoredCallback
 from .checkpoint_io import (CheckpointIO, RemotePath, StoragePath, gather_ranks, of_this_rank, portable_rng,
                             rng_state, set_rng_state, storage_path)
@@ -388,8 +388,8 @@ class Checkpoint(MonitoredCallback):
         pairs = []
         for what in ("model", "optimizer", "scheduler"):
             setting = getattr(self, what)
-            if setting is None:
-                continue
+            if setting is None or is_reference(setting):
+                continue  # "__main__:model": looked up when saving (the script may make it after fit starts)
             if isinstance(setting, DefaultName):  # an argument if there is one, else read when saving
                 choose = functools.partial(self._choose_default, setting, what)
                 pairs.append((f"pre-{event}", per_join_point(self, "_hold", choose)))
