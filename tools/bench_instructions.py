@@ -6,7 +6,8 @@ twice, for N1 and N2 calls; the difference per call cancels start-up and imports
 (a fixed PYTHONHASHSEED keeps start-up identical). Every hookwrap scenario has a
 hand-written twin calling the same callables, so a ratio compares only what
 hookwrap adds. Run ``python tools/bench_instructions.py`` from a checkout with
-hookwrap installed (``--pure`` for the pure twin; ``--json PATH`` also writes the
+hookwrap installed (``--pure`` for the pure twin; ``--sweep`` for k = 0, 1, 4, 8
+callbacks of the class and instance tiers beside the hand loop; ``--json PATH`` also writes the
 counts for ``tools/perf_tables.py``); it needs valgrind and takes a few minutes.
 A developer harness: it is not part of the installed package.
 """
@@ -15,9 +16,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import types
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -129,6 +132,19 @@ def setup(name: str) -> tuple[str, dict[str, Any]]:
     if name == "hookwrap emit k=1":
         obj.on("on_batch", _listen)
         return "obj.emit('on_batch', batch=batch)", {"obj": obj, "batch": batch}
+    if name.startswith("sweep "):  # "sweep hand k=4", "sweep class tier k=4", "sweep instance tier k=0"
+        k = int(name.rsplit("=", 1)[1])
+        # k distinct callbacks (one code, so that check() knows them): as k users' functions
+        pres = [types.FunctionType(_pre.__code__, _pre.__globals__, f"_pre{i}") for i in range(k)]
+        if "hand" in name:
+            obj.fns = tuple(pres)
+            return "hand(obj, batch)", {"hand": _hand_then_bare, "obj": obj, "batch": batch}
+        for f in pres:
+            if "class tier" in name:
+                hw.before(Model, "step", f)
+            else:
+                obj.before("step", f)
+        return method
     if name.startswith("woven third-party method"):
         hw.weave(ThirdParty, step="training_step")
         if "k=1" in name:
@@ -136,6 +152,20 @@ def setup(name: str) -> tuple[str, dict[str, Any]]:
         return "obj.training_step(batch)", {"obj": ThirdParty(), "batch": batch}
     raise KeyError(name)
 
+
+def _hand_then_bare(obj: Any, batch: Any) -> Any:
+    """What k ``before`` callbacks stand for, written at the call site: each function
+    called with the object and the batch, then the method."""
+    for f in obj.fns:
+        batch = f(obj, batch)
+    return obj.bare(batch)
+
+
+# --sweep: the per-callback cost, k = 0, 1, 4, 8 callbacks of one tier beside the
+# same functions called by hand before the bare method (the slope and the constant gap).
+SWEEP = [("bare method", None), ("sweep hand k=0", None), ("sweep class tier k=0", "sweep hand k=0")] + [
+    row for k in (1, 4, 8) for row in ((f"sweep hand k={k}", None), (f"sweep class tier k={k}", f"sweep hand k={k}"),
+                                       (f"sweep instance tier k={k}", f"sweep hand k={k}"))]
 
 # (scenario, what it is compared with)
 ROWS = [
@@ -197,7 +227,8 @@ def check(name: str) -> None:
     finally:
         sys.setprofile(None)
     expected = None if "emit" in name else (1, 2) if statement == "obj.read_two()" else [1, 2, 3]
-    ran = 1 if name.endswith("k=1") else 0
+    callbacks = re.search(r"k=(\d+)", name)
+    ran = int(callbacks[1]) if callbacks else 0
     if result != expected or len(calls) != ran:
         raise AssertionError(f"{name}: returned {result!r} (expected {expected!r}), "
                              f"ran callbacks {calls} (expected {ran})")
@@ -214,22 +245,22 @@ def count(name: str, n: int, env: dict[str, str]) -> int:
     raise RuntimeError(f"callgrind printed no count for {name!r}:\n{out.stderr[-2000:]}")
 
 
-def per_call_counts(pure: bool) -> dict[str, float]:
+def per_call_counts(pure: bool, rows: list[tuple[str, str | None]]) -> dict[str, float]:
     """Scenario -> instructions per call, each counted in processes of its own."""
     env = dict(os.environ, PYTHONHASHSEED="0")
     if pure:
         env["HOOKWRAP_NO_EXTENSIONS"] = "1"
-    jobs = [(name, n) for name, _ in ROWS for n in (N1, N2)]
+    jobs = [(name, n) for name, _ in rows for n in (N1, N2)]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # counts ignore load
         counts = dict(zip(jobs, pool.map(lambda job: count(job[0], job[1], env), jobs)))
-    return {name: (counts[name, N2] - counts[name, N1]) / (N2 - N1) for name, _ in ROWS}
+    return {name: (counts[name, N2] - counts[name, N1]) / (N2 - N1) for name, _ in rows}
 
 
-def table(pure: bool, per_call: dict[str, float]) -> str:
+def table(pure: bool, per_call: dict[str, float], rows: list[tuple[str, str | None]]) -> str:
     twin = "pure Python twin" if pure else "compiled"
     lines = [f"instructions per call ({twin}; callgrind, {N2} - {N1} calls, the loop included)", "",
              f"  {'scenario':<54}{'instructions':>13}  ratio"]
-    for name, base in ROWS:
+    for name, base in rows:
         ratio = f"{per_call[name] / per_call[base]:>6.2f}x {base}" if base else ""
         lines.append(f"  {name:<54}{per_call[name]:>13,.0f}  {ratio}")
     return "\n".join(lines)
@@ -246,14 +277,18 @@ def main(argv: list[str]) -> int:
         print("tools/bench_instructions.py needs valgrind (apt install valgrind)", file=sys.stderr)
         return 2
     pure = "--pure" in argv
-    per_call = per_call_counts(pure)
-    print(table(pure, per_call))
+    rows = SWEEP if "--sweep" in argv else ROWS
+    for name, _ in rows:  # each scenario does what it says before it is counted
+        subprocess.run([sys.executable, os.path.abspath(__file__), "--check", name], check=True,
+                       env=dict(os.environ, HOOKWRAP_NO_EXTENSIONS="1" if pure else ""))
+    per_call = per_call_counts(pure, rows)
+    print(table(pure, per_call, rows))
     if "--json" in argv:  # machine-readable, for tools/perf_tables.py (docs/performance.md)
         with open(argv[argv.index("--json") + 1], "w", encoding="utf-8") as f:
             json.dump({"dispatch": "pure" if pure else "compiled", "calls": [N1, N2],
                        "python": sys.version.split()[0],
                        "rows": [{"scenario": name, "instructions": round(per_call[name], 1), "baseline": base}
-                                for name, base in ROWS]}, f, indent=1)
+                                for name, base in rows]}, f, indent=1)
             f.write("\n")
     return 0
 

@@ -235,7 +235,7 @@ class Runner:
         log under one name."""
         if "hookwrap.torch._attach" not in sys.modules:
             return  # no shipped callback among them
-        from .torch._attach import LogsInto
+        from .torch.logs_into import LogsInto
         from .torch.metrics_logger import MetricsLogger
 
         loggers = [cb for cb in self.callbacks if isinstance(cb, MetricsLogger)]

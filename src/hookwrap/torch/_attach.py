@@ -15,19 +15,18 @@ import functools
 import math
 import numbers
 import typing
-import weakref
 from collections.abc import Mapping
 from typing import Any, Callable, ClassVar, NamedTuple
 
 from .. import Callback
 from ..errors import CallbackSignatureError, HookError, closest
-from ..extend import Defers, Ending, JoinPointInfo, has_join_point, join_points, per_join_point, process_rank, reader
+from ..extend import JoinPointInfo, has_join_point, join_points, per_join_point, process_rank, reader
 from ._around import around_advice
 from .steps import UpdateAxis, axis_of, update_axes
 
-__all__ = ["COUNT", "FRAMEWORK_GRAD_NORM", "FRAMEWORK_READING", "FRAMEWORK_RESUME", "FRAMEWORK_STEP", "NUMBER_OR_NONE", "CountingCallback", "DefaultEvent", "LogsInto", "On", "Saved",
-           "ShippedCallback", "Source", "checked_logger", "framework_reading", "framework_resume", "framework_step", "from_object", "is_rank_zero",
-           "is_reference", "logged_name", "positive_number", "resolve_reference", "saved", "settle_logger", "to_float",
+__all__ = ["COUNT", "FRAMEWORK_GRAD_NORM", "FRAMEWORK_READING", "FRAMEWORK_RESUME", "FRAMEWORK_STEP", "NUMBER_OR_NONE", "CountingCallback", "DefaultEvent", "On", "Saved",
+           "ShippedCallback", "Source", "checked_device_type", "framework_reading", "framework_resume", "framework_step", "from_object", "is_rank_zero",
+           "is_reference", "positive_number", "resolve_reference", "saved", "to_float",
            "whole_number"]
 
 
@@ -121,9 +120,21 @@ class ShippedCallback(Callback):
     and checked against the target when attached (``obj.add_callback(cb)``, or
     globally with ``hookwrap.register_global_callback(cb)`` / ``with cb:``)."""
 
+    # The settings that tell two of a class apart, which name it in messages and, where
+    # declared so, in the saved state: ("event",) -> GradScaler(event='step'), GradScaler[event=step].
+    label: ClassVar[tuple[str, ...]] = ()
+    keyed_by_label: ClassVar[bool] = False
+
     @property
     def where(self) -> str:
-        return f"{type(self).__name__}"
+        return f"{type(self).__name__}({', '.join(f'{k}={getattr(self, k)!r}' for k in self.label)})" \
+            if self.label else type(self).__name__
+
+    @property
+    def state_key(self) -> str:
+        if not self.keyed_by_label:
+            return super().state_key
+        return f"{type(self).__name__}[{','.join(f'{k}={getattr(self, k)}' for k in self.label)}]"
 
     def wants(self, target: Any, event: str | None) -> bool:
         """Should this callback attach to ``event``? ``None`` and a default the target
@@ -479,72 +490,6 @@ def event_names(events: Any, where: str) -> tuple[str, ...]:
     return tuple(events)
 
 
-# id(logger) -> the MetricsLogger wrapping it (checked_logger), while a callback holds it.
-_wrappers: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
-
-
-def checked_logger(logger: Any, where: str) -> Any:
-    """``logger`` as the callbacks log into it: ``None``; a ``MetricsLogger`` itself; any
-    other object with ``log_metrics(metrics, step)`` (the one logger protocol of
-    hookwrap.torch: Lightning's loggers, the ``mlflow`` module, a class of yours), or a
-    ``logging.Logger`` (an INFO record a step: ``LogRecords``), inside a
-    ``MetricsLogger(loggers=[logger])`` of its own, so its values are read back in
-    batches and nothing is lost at the end of the run. Else a HookError naming the
-    setting: a class, an object without ``log_metrics``."""
-    import logging
-
-    if logger is None:
-        return None
-    from .metrics_logger import LogRecords, MetricsLogger
-
-    if isinstance(logger, MetricsLogger):
-        return logger
-    if isinstance(logger, logging.Logger) or (
-            not isinstance(logger, type) and callable(getattr(logger, "log_metrics", None))):
-        # One wrapper per logger, whichever callbacks share it: its rows go in step order,
-        # and it is finalized once.
-        wrapper = _wrappers.get(id(logger))
-        sink = wrapper.loggers[0] if wrapper is not None else None
-        if sink is None or (sink.logger if isinstance(sink, LogRecords) else sink) is not logger:
-            wrapper = _wrappers[id(logger)] = MetricsLogger(loggers=[logger])
-        return wrapper
-    what = (f"the class {logger.__qualname__}, not an instance" if isinstance(logger, type)
-            else f"{logger!r} ({type(logger).__name__}), which has no log_metrics method")
-    raise HookError(f"{where}: logger must be a hookwrap.torch.MetricsLogger, an object with "
-                    f"log_metrics(metrics: dict[str, float], step: int), such as Lightning's loggers or the "
-                    f"mlflow module, or a logging.Logger; got {what}.")
-
-
-class LogsInto(Defers):
-    """A callback whose ``logger`` (a MetricsLogger, see ``checked_logger``) may hold
-    its values: it defers when it has one, and its boundaries settle the logger
-    (which may not be attached itself)."""
-
-    logger: Any
-
-    def defers(self) -> bool:
-        return self.logger is not None
-
-    def settle(self, obj: Any, ending: Ending) -> None:
-        settle_logger(self.logger, obj, ending)
-
-
-def logged_name(name: Any, where: str) -> str:
-    """The name a callback logs its values under (a column of the logger's rows)."""
-    if not isinstance(name, str) or not name:
-        raise HookError(f"{where}: name is the name its values are logged under, a non-empty string such as "
-                        f"'grad_norm', got {name!r}.")
-    return name
-
-
-def settle_logger(logger: Any, obj: Any, ending: Any) -> None:
-    """At a boundary of a callback that logs into ``logger`` (a MetricsLogger): what it
-    logged is settled there too, as ``logger`` itself may not be attached."""
-    settle = getattr(logger, "settle", None)
-    if settle is not None:
-        settle(obj, ending)
-
-
 def to_float(value: Any) -> float:
     """A Python float from a number or a one-element tensor (a device sync on CUDA)."""
     item = getattr(value, "item", None)
@@ -554,6 +499,18 @@ def to_float(value: Any) -> float:
 def is_rank_zero() -> bool:
     """True unless this process is a torch.distributed rank other than 0."""
     return process_rank() == 0
+
+
+def checked_device_type(value: Any, supported: Callable[[str], bool], where: str, setting: str, what: str,
+                        without_cuda: str) -> None:
+    """``setting`` of ``where`` is a device type ``supported`` takes (``what`` says
+    which), and 'cuda' only where CUDA is (``without_cuda``: what would happen)."""
+    import torch
+
+    if not isinstance(value, str) or not supported(value):
+        raise HookError(f"{where}: {setting} must be a device type {what}, got {value!r}.")
+    if value == "cuda" and not torch.cuda.is_available():
+        raise HookError(f"{where}: {setting}='cuda', but CUDA is not available here ({without_cuda}).")
 
 
 def is_reference(value: Any) -> bool:

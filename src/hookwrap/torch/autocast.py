@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 from ..errors import HookError
 from ..extend import JoinPointInfo, reader
-from ._attach import On, ShippedCallback, event_names
+from ._attach import On, ShippedCallback, checked_device_type, event_names
 
 __all__ = ["Autocast"]
 
@@ -31,12 +31,9 @@ class Autocast(ShippedCallback):
 
         events = event_names(events, "Autocast")
         if device_type is not None:
-            if not isinstance(device_type, str) or not _autocast_available(device_type):
-                raise HookError(f"Autocast: device_type must be a device type torch.autocast supports "
-                                f"('cpu', 'cuda', ...) or None for the model's, got {device_type!r}.")
-            if device_type == "cuda" and not torch.cuda.is_available():
-                raise HookError("Autocast: device_type='cuda', but CUDA is not available here "
-                                "(torch.autocast would silently do nothing).")
+            checked_device_type(device_type, _autocast_available, "Autocast", "device_type",
+                                "torch.autocast supports ('cpu', 'cuda', ...) or None for the model's",
+                                "torch.autocast would silently do nothing")
         if dtype is not None and dtype not in (torch.float16, torch.bfloat16):
             raise HookError(f"Autocast: dtype must be torch.float16, torch.bfloat16 or None for the "
                             f"device's default, got {dtype!r}.")
@@ -47,9 +44,7 @@ class Autocast(ShippedCallback):
         self.device_type, self.dtype, self.model = device_type, dtype, model
         self._held: Any = None  # the model of the call starting (its pre-, then its around-)
 
-    @property
-    def where(self) -> str:
-        return f"Autocast(events={self.events!r})"
+    label = ("events",)
 
     # On each of its events: the model held before the call (device_type=None: its
     # device read at each call), then the call run under torch.autocast.

@@ -53,9 +53,7 @@ class EarlyStopping(MonitoredCallback):
         self.wait = 0  # calls since the last improvement
         super().__init__(monitor, mode, min_delta, event, step_event)
 
-    @property
-    def where(self) -> str:
-        return f"EarlyStopping(monitor={self.monitor!r})"
+    label = ("monitor",)
 
     @property
     def state_key(self) -> str:

@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterator
 
 from ..errors import CallbackSignatureError, HookError
 from ..extend import JoinPointInfo
-from ._attach import COUNT, On, ShippedCallback, framework_step, from_object, saved
+from ._attach import COUNT, On, ShippedCallback, checked_device_type, framework_step, from_object, saved
 
 __all__ = ["GradScaler", "scale_of_gradients", "unscale_before_clipping"]
 
@@ -137,12 +137,10 @@ class GradScaler(ShippedCallback):
             raise HookError(f"GradScaler: optimizer must be the name of the attribute holding the optimizer "
                             f"('optimizer'), or the optimizer itself, got {optimizer!r}.")
         if scaler is None:
-            if not isinstance(device, str) or not _scaler_device(device):
-                raise HookError(f"GradScaler: device must be a device type torch.amp.GradScaler supports "
-                                f"('cuda', 'cpu', ...), got {device!r}.")
-            if device == "cuda" and not torch.cuda.is_available():
-                raise HookError("GradScaler: device='cuda', but CUDA is not available here (torch's "
-                                "GradScaler would disable itself and scale nothing). Pass device='cpu' on the CPU.")
+            checked_device_type(device, _scaler_device, "GradScaler", "device",
+                                "torch.amp.GradScaler supports ('cuda', 'cpu', ...)",
+                                "torch's GradScaler would disable itself and scale nothing; pass device='cpu' on "
+                                "the CPU")
             try:
                 scaler = torch.amp.GradScaler(device, init_scale=init_scale, growth_factor=growth_factor,
                                               backoff_factor=backoff_factor, growth_interval=growth_interval)
@@ -162,13 +160,8 @@ class GradScaler(ShippedCallback):
         self._scaled_on: Any = _NOT_SCALED
         self._unscaled: Any = None  # the optimizer unscaled since the last update
 
-    @property
-    def where(self) -> str:
-        return f"GradScaler(event={self.event!r})"
-
-    @property
-    def state_key(self) -> str:
-        return f"GradScaler[event={self.event}]"
+    label = ("event",)
+    keyed_by_label = True
 
     listens = (On("pre", "backward_event", "_scale_method", choose="_choose_scale", always=True),
                On("around", "event", "_step_method", function="_step_function", always=True))

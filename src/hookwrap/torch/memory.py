@@ -7,7 +7,8 @@ import sys
 from typing import Any
 
 from ..errors import HookError
-from ._attach import CountingCallback, LogsInto, On, checked_logger, whole_number
+from ._attach import CountingCallback, On, whole_number
+from .logs_into import LogsInto, checked_logger
 
 __all__ = ["MemoryMonitor", "process_rss"]
 

@@ -10,8 +10,8 @@ import torch
 
 from ..errors import HookError, HookwrapWarning
 from ..extend import reader
-from ._attach import (CountingCallback, DefaultEvent, LogsInto, On, checked_logger, framework_grad_norm,
-                      logged_name, whole_number)
+from ._attach import CountingCallback, DefaultEvent, On, framework_grad_norm, whole_number
+from .logs_into import LogsInto, checked_logger, logged_name
 from .grad_scaler import scale_of_gradients
 from .readback import QueuesReadBacks, shared
 

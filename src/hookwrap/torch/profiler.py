@@ -67,9 +67,7 @@ class Profiler(ShippedCallback):
         self._prof: Any = None  # the running torch.profiler.profile
         self._done = False  # the window has been profiled
 
-    @property
-    def where(self) -> str:
-        return f"Profiler(events={self.events!r})"
+    label = ("events",)
 
     def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
         pairs = self.registrations(target, _STARTS)

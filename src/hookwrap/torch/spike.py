@@ -131,9 +131,7 @@ class SpikeDetection(DecidesAtReadBacks, CountingCallback):
         self._found: tuple[int, float, float, tuple[int, int]] | None = None
         self._run_over = False  # settling at the run's end: action="stop" has nothing left to stop
 
-    @property
-    def where(self) -> str:
-        return f"SpikeDetection(event={self.event!r})"
+    label = ("event",)
 
     @property
     def state_key(self) -> str:

@@ -11,7 +11,8 @@ from typing import Any, Callable
 
 from ..errors import CallbackSignatureError, HookError
 from ..extend import Defers, Ending, JoinPointInfo, reader
-from ._attach import CountingCallback, DefaultEvent, On, checked_logger, positive_number, settle_logger, whole_number
+from ._attach import CountingCallback, DefaultEvent, On, positive_number, whole_number
+from .logs_into import checked_logger, settle_logger
 from .readback import QueuesReadBacks, shared
 
 __all__ = ["Throughput", "measure_flops", "peak_flops"]
