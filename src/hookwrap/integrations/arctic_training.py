@@ -123,6 +123,7 @@ class _Entry:
         self.phase, _, self.name = event.partition("-")
         self.label = getattr(fn, "__qualname__", None) or safe_repr(fn)
         self.plans: weakref.WeakKeyDictionary[type, Any] = weakref.WeakKeyDictionary()
+        self._last: tuple[Callable[[], Any], Any] = (lambda: None, None)  # (weakref to a class, its plan)
         self.advice = self._advice()
 
     def __repr__(self) -> str:  # ArcticTraining's Callback repr (its ordering log prints it)
@@ -133,10 +134,14 @@ class _Entry:
     def plan(self, cls: type) -> Any:
         """What a call on an object of ``cls`` needs; checks the callback the way
         ArcticTraining does, against ``cls``'s (most derived) method."""
+        last, plan = self._last
+        if last() is cls:  # the class of the last call: most calls
+            return plan
         plan = self.plans.get(cls)
         if plan is None:
             plan = self._check(cls)
             self.plans[cls] = plan
+        self._last = (weakref.ref(cls), plan)
         return plan
 
     def _fail(self, cls: type, problem: str) -> ArcticCallbackError:
@@ -169,7 +174,7 @@ class _Entry:
             if not params:
                 raise self._fail(cls, "takes no parameter; a callback takes the object first: "
                                       "`def fn(self, ...)`.")
-            return method_sig, tuple(p.name for p in params[1:])
+            return _binder(method_sig), tuple(p.name for p in params[1:])
         annotation = method_sig.return_annotation
         if annotation is method_sig.empty:
             return True  # ArcticTraining checks nothing then, and passes the value
@@ -189,13 +194,12 @@ class _Entry:
         entry, fn = self, self.fn
         if self.phase == "pre":
             def advice(self: Any, proceed: Any, *args: Any, **kwargs: Any) -> Any:
-                method_sig, names = entry.plan(type(self))
-                bound = method_sig.bind(self, *args, **kwargs)
-                bound.apply_defaults()
+                bind, names = entry.plan(type(self))
                 # ArcticTraining passes the method every argument by keyword from here
                 # on, without `self`, `args` and `kwargs`.
-                call = {k: v for k, v in bound.arguments.items() if k not in ("self", "args", "kwargs")}
-                returned = fn(self, **{n: call[n] for n in names})
+                call = bind(self, args, kwargs)
+                returned = fn(self, **{n: call[n] for n in names}) if len(names) != 1 else \
+                    fn(self, **{names[0]: call[names[0]]})
                 if not names:
                     if returned is not None:
                         raise entry._fail(type(self), f"takes no argument of {entry.name}() but returned "
@@ -222,6 +226,47 @@ class _Entry:
         advice.__name__ = getattr(fn, "__name__", "callback")
         advice.__qualname__ = entry.label
         return advice
+
+
+def _binder(signature: inspect.Signature) -> Callable[[Any, tuple[Any, ...], dict[str, Any]], dict[str, Any]]:
+    """The arguments of a call of the method of ``signature`` by name, defaults filled in,
+    without ``self``, ``args`` and ``kwargs``: what ``signature.bind`` and
+    ``apply_defaults`` give, then ArcticTraining's filter. For the usual method (named
+    parameters only) a few dict operations a call; anything else, and any call that
+    does not fit (which ``bind`` then refuses with Python's own TypeError), goes
+    through ``signature.bind``."""
+    def slow(obj: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        bound = signature.bind(obj, *args, **kwargs)
+        bound.apply_defaults()
+        return {k: v for k, v in bound.arguments.items() if k not in ("self", "args", "kwargs")}
+
+    params = list(signature.parameters.values())[1:]  # after the object's
+    plain = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    if any(p.kind not in plain or p.name in ("self", "args", "kwargs") for p in params):
+        return slow
+    positional = tuple(p.name for p in params if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    names = frozenset(p.name for p in params)
+    defaults = tuple((p.name, p.default) for p in params if p.default is not p.empty)
+
+    count, most = len(params), len(positional)
+
+    def fast(obj: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        if len(args) > most:
+            return slow(obj, args, kwargs)
+        call = dict(zip(positional, args))
+        if kwargs:
+            if not (kwargs.keys() <= names and call.keys().isdisjoint(kwargs)):
+                return slow(obj, args, kwargs)
+            call.update(kwargs)
+        if len(call) != count:
+            for name, default in defaults:
+                if name not in call:
+                    call[name] = default
+            if len(call) != count:  # a required argument missing: bind says which
+                return slow(obj, args, kwargs)
+        return call
+
+    return fast
 
 
 class _Record:
