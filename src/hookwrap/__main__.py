@@ -173,8 +173,9 @@ def _with_run_file(args: argparse.Namespace, file: Any, command: list[str]) -> l
             setattr(args, key, value)
     args.callback = [expr for expr, _ in file.callbacks] + args.callback
     args.when = [when for _, when in file.callbacks] + args.when
-    if not command and "script" in file.single:
-        return [file.single["script"], *file.lists.get("args", [])]
+    if "script" in file.single and (not command or command[0].startswith("-")):
+        # `hookwrap run --config run.toml -- --epochs 2`: arguments for the file's script
+        return [file.single["script"], *file.lists.get("args", []), *command]
     return command
 
 

@@ -292,7 +292,7 @@ class Runner:
     def _apply_presets(self) -> None:
         from .integrations import _REGISTRY, PRESETS, load
 
-        for name in self.presets:
+        for name in dict.fromkeys(self.presets):  # a preset in the run file and on the command line: once
             key = name.replace("-", "_")
             if key not in PRESETS:
                 raise BadInput(
@@ -676,9 +676,11 @@ class ScriptRun:
 
 
 def _callback_condition(condition: str, expr: str) -> Callable[[Any], bool]:
-    """``--callback EXPR --when CONDITION``: the callback fires on a call only when
-    CONDITION, a Python expression of ``obj`` (the object whose method was called: the
-    optimizer, for --preset torch_optim's ``step``) and the script's globals, is true."""
+    """``--callback EXPR --when CONDITION``: the callback fires on a call of a method
+    only when CONDITION, a Python expression of ``obj`` (the object whose method was
+    called: the optimizer, for --preset torch_optim's ``step``) and the script's
+    globals, is true. Calls of functions (no object: the script's run, a woven
+    function) are not filtered: the run's start and end reach every callback."""
     try:
         code = compile(condition, f"--when {condition}", "eval")
     except SyntaxError as exc:
@@ -688,6 +690,8 @@ def _callback_condition(condition: str, expr: str) -> Callable[[Any], bool]:
     modules = sys.modules  # "__main__" is the script's only once it runs
 
     def when(obj: Any) -> bool:
+        if obj is None:
+            return True
         try:
             return bool(eval(code, vars(modules["__main__"]), {"obj": obj}))  # noqa: S307
         except Exception as exc:

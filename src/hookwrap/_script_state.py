@@ -33,7 +33,13 @@ PROG = "hookwrap run"
 
 
 def _path_of(f: Any) -> str | None:
-    return os.path.abspath(os.fspath(f)) if isinstance(f, (str, os.PathLike)) else None
+    """The file ``torch.save``/``torch.load`` is given: a path, or an open file's name
+    (``with open(path, "wb") as f: torch.save(model, f)``, as word_language_model
+    saves); None for a buffer."""
+    if isinstance(f, (str, os.PathLike)):
+        return os.path.abspath(os.fspath(f))
+    name = getattr(f, "name", None)
+    return os.path.abspath(name) if isinstance(name, str) and os.path.isfile(name) else None
 
 
 def _stamp(path: str) -> dict[str, Any]:
@@ -57,6 +63,7 @@ class ScriptState:
         self._redo: dict[str, Any] | None = None  # restored: the state an evaluation redone decides from
         self._tracker: Any = None
         self._tracker_handle: Any = None  # its registration, removed by remove()
+        self._saved_here: set[str] = set()  # the checkpoints this run saved: loading one is no resume
 
     # --- the torch functions the script calls --------------------------------------
 
@@ -70,13 +77,19 @@ class ScriptState:
             result = save(obj, f, *args, **kwargs)
             path = _path_of(f)
             if path is not None and path != self.path and self.callbacks is not None and self._originals:
+                flush = getattr(f, "flush", None)
+                if flush is not None:  # an open file: its size and time as they will stay
+                    flush()
+                self._saved_here.add(path)
                 self._write(path)
             return result
 
         def load_then_state(f: Any, *args: Any, **kwargs: Any) -> Any:
             result = load(f, *args, **kwargs)
             path = _path_of(f)
-            if path is not None and path != self.path and self._originals and (
+            # A checkpoint this run saved (word_language_model reloading its best model at
+            # its end) is no resume: the callbacks go on as they are.
+            if path is not None and path != self.path and path not in self._saved_here and self._originals and (
                     self._checkpoints is not None or os.path.isfile(self.path)):
                 self._loaded(path)
             return result

@@ -198,20 +198,37 @@ def _report(script: str, args: list[str], ended: str, watch: _Watch, counted: _S
         optimizer = counted.optimizers[opt_id]
         say(f"  {count / steps:6.2f}  {type(optimizer).__name__}.step  ({names.get(opt_id, 'an optimizer')})")
     seen = sorted(watch.seen.values(), key=lambda s: (-s.calls, s.spec))
+    evaluation = _evaluation(seen)
     for s in seen:
         grad = ""
         if s.kind == "loss":
             grad = f"  loss: {s.with_grad} with gradients, {s.without_grad} without"
-        elif s.kind == "script" and s.evaluates:
+        elif s is evaluation:
             grad = "  computes a loss under torch.no_grad(): an evaluation"
         say(f"  {s.calls / steps:6.2f}  {s.spec}{grad}")
-    command = _proposal(script, args, seen, counted, names)
+    command = _proposal(script, args, seen, evaluation, counted, names)
     say()
+    if evaluation is None and ended.startswith("stopped"):
+        say(f"No evaluation was seen in these {counted.done} steps (a function of the script computing a loss "
+            f"under torch.no_grad()). If the script evaluates later (after an epoch), trace again with "
+            f"--steps past it: the command then logs the evaluation, and the loss of training alone "
+            f"(--train-only loss).")
+        say()
     say("logs the loss, the evaluation and the updates to metrics.csv:")
     say("  " + shlex.join(command))
 
 
-def _proposal(script: str, args: list[str], seen: list[_Seen], counted: _Steps, names: dict[int, str]) -> list[str]:
+def _evaluation(seen: list[_Seen]) -> _Seen | None:
+    """The script's function that evaluates: it computed a loss under
+    ``torch.no_grad()`` and returns a number or a mapping of them; of several, the
+    outermost (called least often)."""
+    candidates = [s for s in seen if s.kind == "script" and s.evaluates
+                  and set(s.returned) & {"number", "mapping"} and not s.returned["other"]]
+    return min(candidates, key=lambda s: (s.calls, s.spec)) if candidates else None
+
+
+def _proposal(script: str, args: list[str], seen: list[_Seen], evaluation: _Seen | None, counted: _Steps,
+              names: dict[int, str]) -> list[str]:
     command = ["hookwrap", "run", "--preset", "torch_optim"]
     losses = [s for s in seen if s.kind == "loss" and s.with_grad]
     if losses:
@@ -219,11 +236,7 @@ def _proposal(script: str, args: list[str], seen: list[_Seen], counted: _Steps, 
         command += ["--weave", f"loss={loss.spec}"]
         if loss.without_grad:
             command += ["--train-only", "loss"]
-    evaluations = [s for s in seen if s.kind == "script" and s.evaluates
-                   and set(s.returned) & {"number", "mapping"} and not s.returned["other"]]
-    if evaluations:
-        # the outermost: the one that returns the evaluation's result, called least often
-        evaluation = min(evaluations, key=lambda s: (s.calls, s.spec))
+    if evaluation is not None:
         command += ["--weave", f"evaluate={evaluation.spec}"]
     command += ["--callback", 'MetricsLogger("metrics.csv")']
     optimizers = [names.get(opt_id) for opt_id in counted.by_optimizer]

@@ -1020,9 +1020,14 @@ def test_a_run_file_holds_the_options_and_the_command_line_adds_to_them(hw, tmp_
             "MetricsLogger('m.csv', tensorboard=False)",
         ]
     """))
-    result = _hookwrap_run(hw, "--config", "run.toml", "--callback", "StepTimer()", cwd=tmp_path)
+    result = _hookwrap_run(hw, "--config", "run.toml", "--preset", "torch_optim", "--callback", "StepTimer()",
+                           cwd=tmp_path)  # the preset the file has too: applied once
     assert result.returncode == 0 and result.stdout == "done\n", result.stderr
     assert "StepTimer: 6 steps" in result.stderr  # the command line's callback, beside the file's
+    (tmp_path / "args.py").write_text("import sys\nprint(sys.argv[1:])\n")
+    (tmp_path / "args.toml").write_text('script = "args.py"\nargs = ["--a", "1"]\n')
+    result = _hookwrap_run(hw, "--config", "args.toml", "--", "--b", "2", cwd=tmp_path)
+    assert result.returncode == 0 and result.stdout == "['--a', '1', '--b', '2']\n", result.stderr
     rows = [line.split(",") for line in (tmp_path / "m.csv").read_text().splitlines()[1:]]
     by_hand = _two_models_norms()
     for name, expected in by_hand.items():
@@ -1152,3 +1157,60 @@ def test_the_scripts_run_is_no_second_fit_beside_a_weaved_one(hw, tmp_path, caps
     import gc
     gc.collect()
     assert not [jp for jp in joinpoints.all_join_points() if jp.event == "fit"]  # gone with the run
+
+
+def test_state_a_run_reloading_its_own_checkpoint_is_no_resume(hw, tmp_path, capsys):
+    """word_language_model saves its best model through an open file and loads it back
+    at its end: under --state that is the same run going on, not a resume (nothing
+    restored, no row moved), and the saves through a file object are seen."""
+    probe = _script(tmp_path, """
+        import torch
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        def evaluate():
+            with torch.no_grad():
+                return torch.nn.functional.mse_loss(model(torch.ones(2, 4)), torch.zeros(2, 1)).item()
+        for it in range(6):
+            loss = torch.nn.functional.mse_loss(model(torch.ones(2, 4) * it), torch.zeros(2, 1))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if it % 2 == 1:
+                evaluate()
+                with open("best.pt", "wb") as f:
+                    torch.save(model, f)
+        with open("best.pt", "rb") as f:
+            model = torch.load(f, weights_only=False)
+        print("test", evaluate())
+    """)
+    run = _runner(hw).run
+    csvs = []
+    for folder, state in (("plain", None), ("state", "st.pt")):
+        (tmp_path / folder).mkdir()
+        cwd = os.getcwd()
+        os.chdir(tmp_path / folder)
+        try:
+            assert run(str(probe), [], presets=["torch_optim"], state=state,
+                       weaves=["evaluate=__main__:evaluate", "loss=torch.nn.functional:mse_loss"],
+                       callbacks=["MetricsLogger('m.csv', tensorboard=False)"]) == 0
+        finally:
+            os.chdir(cwd)
+        csvs.append((tmp_path / folder / "m.csv").read_text())
+    err = capsys.readouterr().err
+    assert "goes on from" not in err and "redoes" not in err
+    assert (tmp_path / "state" / "st.pt").is_file()  # written at each save through the open file
+    assert not (tmp_path / "state" / "m.before-resume.csv").exists() and csvs[0] == csvs[1]
+
+
+def test_when_keeps_to_methods_calls_and_leaves_the_runs_start_and_end_to_all(hw, tmp_path):
+    """--when 'obj is optimizerD' on a Checkpoint: its saves count optimizerD's updates,
+    and the run's start and end (the script's fit, no object) reach it."""
+    (tmp_path / "dcgan.py").write_text(textwrap.dedent(_TWO_MODELS))
+    result = _hookwrap_run(hw, "--preset", "torch_optim", "--callback",
+                           "Checkpoint('ckD', every_n_steps=1, model='__main__:netD', "
+                           "optimizer='__main__:optimizerD')", "--when", "obj is optimizerD", "dcgan.py",
+                           cwd=tmp_path)
+    assert result.returncode == 0 and result.stdout == "done\n", result.stderr
+    last = torch.load(tmp_path / "ckD" / "last.pt", weights_only=True)
+    assert last["step"] == 3  # optimizerD's three updates, not the six of both optimizers

@@ -86,6 +86,7 @@ def test_steps_stops_the_script_and_a_failing_script_is_its_own_error(tmp_path):
     assert traced.returncode == 0 and traced.stdout.count("loss ") >= 3
     assert "stopped after 3 optimizer steps (--steps 3)" in traced.stdout
     assert "val " not in traced.stdout  # stopped before its evaluation: nothing after the third step ran
+    assert "No evaluation was seen in these 3 steps" in traced.stdout and "--steps past it" in traced.stdout
     (tmp_path / "broken.py").write_text("raise RuntimeError('no data')\n")
     traced = _hookwrap("trace", "broken.py", cwd=tmp_path)
     assert traced.returncode == 1 and "RuntimeError: no data" in traced.stderr
