@@ -129,9 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         from ._script_runner import run as run_script
 
-        command = list(args.script)
-        if command[:1] == ["--"]:  # `hookwrap run [options] -- script.py ...`: ends hookwrap's options
-            command = command[1:]
+        command = _script_command(args.script)
         if args.config is not None:
             from ._run_file import RunFileError, read_run_file
 
@@ -148,9 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "trace":
         from ._trace import trace
 
-        command = list(args.script)
-        if command[:1] == ["--"]:
-            command = command[1:]
+        command = _script_command(args.script)
         if not command:
             traced.error("the following arguments are required: script")
         return trace(command[0], command[1:], steps=args.steps)
@@ -159,6 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     from ._bench import main as bench_main
 
     return bench_main(number=args.number, both=not args.current_only, step=args.step)
+
+
+def _script_command(words: list[str]) -> list[str]:
+    """The script and its arguments as written after hookwrap's options; a leading
+    ``--`` (``hookwrap run [options] -- script.py ...``) ends those options."""
+    return list(words[1:] if words[:1] == ["--"] else words)
 
 
 def _with_run_file(args: argparse.Namespace, file: Any, command: list[str]) -> list[str]:

@@ -158,11 +158,13 @@ def trace(script: str, args: list[str], steps: int = 20, out: Any = None) -> int
     counted = _Steps(steps)
     names: dict[int, str] = {}
 
-    def name_optimizers(obj: Any) -> None:  # before the script's globals are gone
-        module = sys.modules.get("__main__")
-        for name, value in vars(module).items() if module is not None else ():
-            if id(value) in counted.optimizers or id(value) == id(obj):
-                names.setdefault(id(value), name)
+    def name_optimizers(obj: Any) -> None:  # while the script's globals are there
+        if id(obj) not in names:  # the globals looked through until the optimizer is found there, then not
+            module = sys.modules.get("__main__")
+            found = next((name for name, value in vars(module).items() if value is obj), None) \
+                if module is not None else None
+            if found is not None:
+                names[id(obj)] = found
         counted(obj)
 
     previous = sys.getprofile()

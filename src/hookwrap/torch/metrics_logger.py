@@ -50,6 +50,17 @@ class MetricsSink(Protocol):
     def log_metrics(self, metrics: dict[str, float], step: int) -> object: ...
 
 
+def _open_rows(path: Path) -> Any:
+    """``path`` opened to append ``step,name,value`` rows, its folder made, the header
+    written first in a new (or empty) file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new = not path.exists() or path.stat().st_size == 0
+    file = open(path, "a", newline="", encoding="utf-8")  # noqa: SIM115 - the caller closes it
+    if new:
+        file.write("step,name,value\n")
+    return file
+
+
 class CSVWriter:
     """Rows ``step,name,value`` to the CSV file ``path`` (appending to what is there,
     a header first in a new file): the logger ``MetricsLogger(path)`` writes with.
@@ -82,12 +93,8 @@ class CSVWriter:
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         said = self._set_aside_redone(self._resumed_at, step) if self._resumed_at is not None else None
         if self._file is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            new = not self.path.exists() or self.path.stat().st_size == 0
-            self._file = open(self.path, "a", newline="", encoding="utf-8")  # noqa: SIM115
+            self._file = _open_rows(self.path)
             weakref.finalize(self, self._file.close)  # a writer dropped mid-run closes it quietly
-            if new:
-                self._file.write("step,name,value\n")
         csv.writer(self._file).writerows((step, name, value) for name, value in metrics.items())
         if said:  # once the rows are written: a warning turned error loses none
             warnings.warn(said, HookwrapWarning, stacklevel=2)
@@ -124,10 +131,7 @@ class CSVWriter:
             f.truncate()
             f.write(kept.getvalue().encode("utf-8"))
         aside = self.path.with_name(f"{self.path.stem}.before-resume{self.path.suffix}")
-        new = not aside.exists() or aside.stat().st_size == 0
-        with open(aside, "a", newline="", encoding="utf-8") as out:
-            if new:
-                out.write("step,name,value\n")
+        with _open_rows(aside) as out:
             csv.writer(out).writerows(redone)
         steps = sorted({int(row[0]) for row in redone})
         return (f"MetricsLogger: {self.path}: the run resumed from a state saved before {len(redone)} rows of "
