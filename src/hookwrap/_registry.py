@@ -847,6 +847,19 @@ def register_global(registrations: list[Registration], where: str) -> Handle:
     return _add(GLOBAL, registrations)
 
 
+def check_stand_in(handle: Handle, stand_in: Any, real: Any) -> None:
+    """Raise why a global registration of ``handle`` that fits join point
+    ``stand_in`` does not fit ``real``, the join point that took its place (made
+    after the registration was checked against the stand-in)."""
+    if stand_in is None or real is None:
+        return
+    name = normalize(stand_in.event)
+    for _, registration in handle._places:
+        if registration.name == name and registration.phase != CUSTOM \
+                and fitting_step(registration, spec_of(stand_in)) is not None:
+            planned_step(registration, spec_of(real))
+
+
 # --- The verbs -------------------------------------------------------------------
 
 def before(target: Any, event: str, fn: Callable[..., Any] | None = None, /, **options: Any) -> Handle:

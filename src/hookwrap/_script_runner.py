@@ -28,8 +28,9 @@ codes; an uncaught exception prints its traceback and exits 1).
 ``--callback EXPR`` is evaluated with ``hw`` (hookwrap) and every name of
 ``hookwrap.torch`` in scope, and the modules it names imported
 (``mypackage.callbacks.Saver()``; an import that fails is reported as itself), and registered on the global tier once every weave
-has been applied (before the script runs, or when the script has defined the
-last of its own targets); a value naming the script's own object
+has been applied: before the script runs, checked against stand-ins of the script's
+own targets made from their ``def`` lines (``_script_source``), or, where its source
+does not settle one, when the script has defined the last of them; a value naming the script's own object
 (``BestCheckpoint(..., model="__main__:model")``) is looked up when first needed.
 ``--train-only EVENT``: the function woven as EVENT fires callbacks only while
 gradients are enabled (an evaluation under ``torch.no_grad()`` calls it plain);
@@ -63,6 +64,7 @@ from typing import Any, Callable, Sequence
 
 from ._callback import Callback, boundary
 from ._paths import relative_to
+from ._script_source import inject, last_bindings, stand_in, top_level_names
 from .errors import HookError, StopTraining, UnknownEventError, closest
 
 __all__ = ["BadInput", "Runner", "WeaveTarget", "parse_weave", "run"]
@@ -154,6 +156,9 @@ class Runner:
     _when: list[Any] = field(default_factory=list)  # the --when conditions, compiled
     _sinks: set[int] = field(default_factory=set)  # ids of the MetricsLoggers other callbacks log into
     _fit: Any = None  # the script's run as join point "fit": its generator, running (ScriptRun)
+    # name -> (weave handle, join point) of each stand-in of a script target not defined yet
+    _stand_ins: dict[str, list[tuple[Any, Any]]] = field(default_factory=dict)
+    _callback_handles: list[tuple[str, Any]] = field(default_factory=list)  # (--callback, its handle)
 
     # --- before the script -------------------------------------------------------
 
@@ -193,10 +198,10 @@ class Runner:
                         f"{PROG}: {option} {event!r}: no --weave makes a join point {event!r}."
                         f"{closest(event, sorted(woven_events))} It applies to a function woven here "
                         f"(--weave {event}=MODULE:FUNCTION {option} {event}...).")
-        positions = _last_bindings(tree, set(self._pending_script))
+        positions = last_bindings(tree, set(self._pending_script))
         missing = sorted(set(self._pending_script) - set(positions))
         if missing:
-            defined = sorted(_top_level_names(tree))
+            defined = sorted(top_level_names(tree))
             spec = self._pending_script[missing[0]][0].spec
             raise BadInput(
                 f"{PROG}: --weave {spec!r}: {os.path.basename(path)} never defines {missing[0]!r} at its "
@@ -221,11 +226,54 @@ class Runner:
         with relative_to(os.getcwd()):
             self.callbacks = [self._evaluate(expr) for expr in self.callback_exprs]
         self._wire_loggers()
-        if not self._pending_script:
+        if self._pending_script:
+            self._weave_stand_ins(tree)
+        if not self._pending_script or self._stand_ins:
             self._register_callbacks()
-        _inject(tree, positions)
+        inject(tree, positions)
         # Named by its absolute path, as __file__ is: tracebacks find the source after a chdir.
         return compile(tree, os.path.abspath(path), "exec", dont_inherit=True)
+
+    def _weave_stand_ins(self, tree: ast.Module) -> None:
+        """Join points in the place of the script's own functions, made from their
+        ``def`` lines (``_script_source.stand_in``), so that the callbacks are
+        registered, and refused, before the script runs; none where the source does
+        not settle one of them (then they are registered once it has defined all)."""
+        from ._hookable import weave
+        from ._joinpoints import join_point_of
+
+        made: dict[str, list[tuple[Any, Any]]] = {}
+        for name, targets in self._pending_script.items():
+            for target in targets:
+                found = stand_in(tree, target.path, target.attr)
+                if found is None:
+                    for handle, _ in (pair for pairs in made.values() for pair in pairs):
+                        handle.remove()
+                    return
+                container, attr = found
+                handle = weave(container, **{target.event or target.attr: attr})
+                made.setdefault(name, []).append((handle, join_point_of(vars(container)[attr])))
+        self._stand_ins = made
+
+    def _check_against_script(self, name: str, targets: list[WeaveTarget]) -> None:
+        """The script has defined ``name`` and its ``targets`` are woven: a callback
+        checked against their stand-ins must run on the real join points too (a
+        decorator or a default the source did not show can change what they take)."""
+        from ._joinpoints import join_point_of
+        from ._registry import check_stand_in
+
+        assert self.module is not None
+        for target, (handle, stand_in_jp) in zip(targets, self._stand_ins.pop(name, [])):
+            handle.remove()
+            container: Any = self.module
+            for part in target.path:
+                container = getattr(container, part)
+            real = join_point_of(vars(container)[target.attr], through_wrappers=True)
+            for expr, registered in self._callback_handles:
+                try:
+                    check_stand_in(registered, stand_in_jp, real)
+                except HookError as exc:
+                    raise BadInput(f"{PROG}: --callback {expr!r}: {exc}") from None
 
     def _wire_loggers(self) -> None:
         """A callback that logs its values into a MetricsLogger (GradNorm, LRMonitor,
@@ -429,8 +477,9 @@ class Runner:
                 self._attached.append(cb)  # only other callbacks' values: not attached (its state still kept)
                 continue
             try:
-                self.handles.append(register_global_callback(cb) if when is None else
-                                    register_global_callback(cb, when=when))
+                handle = register_global_callback(cb) if when is None else register_global_callback(cb, when=when)
+                self.handles.append(handle)
+                self._callback_handles.append((expr, handle))
             except UnknownEventError as exc:
                 fix = ("--preset torch_optim names each optimizer's step 'step': pass event='step' (and "
                        "step_event=None, or a step of the script's own)" if "torch_optim" in
@@ -489,6 +538,8 @@ class Runner:
         for target in targets:
             self._weave(target, module)
         self._script_handles[name] = self.handles[first:]
+        if name in self._stand_ins:
+            self._check_against_script(name, targets)
         self._woven[name] = vars(module)[name]
         if not self._pending_script and not self._registered:
             self._register_callbacks()
@@ -497,6 +548,9 @@ class Runner:
 
     def undo(self) -> None:
         self.end_run(None)  # a run that ended before its end was seen (BadInput mid-script)
+        for handle, _ in (pair for pairs in self._stand_ins.values() for pair in pairs):
+            handle.remove()
+        self._stand_ins.clear()
         if self._state is not None:
             self._state.remove()
         for handle in reversed(self.handles):
@@ -784,112 +838,6 @@ def _import_modules(expr: str, tree: ast.Expression, scope: dict[str, Any]) -> N
                 scope[root] = sys.modules[root]
 
 
-def _top_level_names(tree: ast.Module) -> set[str]:
-    return {name for stmt in tree.body for name in _bound_names(stmt)}
-
-
-def _blocks(stmt: ast.stmt) -> list[list[ast.stmt]]:
-    """The statement lists of a compound statement that run in the module's own scope:
-    what they bind is a global of the script (``if``/``else``, ``try``/``except``/
-    ``else``/``finally``, ``with``, ``for``/``while`` and their ``else``, ``match`` cases)."""
-    if isinstance(stmt, (ast.If, ast.For, ast.AsyncFor, ast.While)):
-        return [stmt.body, stmt.orelse]
-    if isinstance(stmt, (ast.With, ast.AsyncWith)):
-        return [stmt.body]
-    if isinstance(stmt, (ast.Try, ast.TryStar)):
-        return [stmt.body, *(handler.body for handler in stmt.handlers), stmt.orelse, stmt.finalbody]
-    if isinstance(stmt, ast.Match):
-        return [case.body for case in stmt.cases]
-    return []
-
-
-def _bound_names(stmt: ast.stmt) -> list[str]:
-    """The names ``stmt`` binds in its scope: its own, and those of the statements in
-    its blocks (a ``def`` inside a top-level ``if`` or ``try`` is a global too)."""
-    names = _own_bound_names(stmt)
-    for block in _blocks(stmt):
-        for inner in block:
-            names += _bound_names(inner)
-    return names
-
-
-def _own_bound_names(stmt: ast.stmt) -> list[str]:
-    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return [stmt.name]
-    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
-        return [(a.asname or a.name).split(".")[0] for a in stmt.names if a.name != "*"]
-    targets: list[ast.expr] = []
-    if isinstance(stmt, ast.Assign):
-        targets = stmt.targets
-    elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
-        targets = [stmt.target]
-    names = []
-    for target in targets:
-        for node in ast.walk(target):
-            if isinstance(node, ast.Name):
-                names.append(node.id)
-    return names
-
-
-@dataclass
-class _Site:
-    """Where the script calls ``defined(name)``: after ``block[index]``. ``final``: the
-    last place of the script where ``name`` can be bound."""
-
-    block: list[ast.stmt]
-    index: int
-    final: bool = False
-
-
-def _last_bindings(tree: ast.Module, wanted: set[str]) -> dict[str, list[_Site]]:
-    """name -> where to weave it: after the top-level statement that binds it last and,
-    when that statement is compound, after the last binding of each of its blocks too
-    (the branch that runs binds it; a loop body binds it anew each time round)."""
-    found: dict[str, list[_Site]] = {}
-    for name in wanted:
-        sites = _sites(tree.body, name)
-        if sites:
-            sites[0].final = True
-            found[name] = sites
-    return found
-
-
-def _sites(block: list[ast.stmt], name: str) -> list[_Site]:
-    for index in range(len(block) - 1, -1, -1):
-        stmt = block[index]
-        if name in _bound_names(stmt):
-            # After the statement itself: whichever of its blocks ran (if any), the name
-            # is bound as the rest of the script will see it.
-            sites = [_Site(block, index)]
-            if name not in _own_bound_names(stmt):
-                for inner in _blocks(stmt):
-                    sites += _sites(inner, name)
-            return sites
-    return []
-
-
-def _inject(tree: ast.Module, positions: dict[str, list[_Site]]) -> None:
-    """At each site of ``positions``: ``<runner>.defined(name, final)``, on the last
-    line of the statement it follows (other lines keep their numbers)."""
-    by_place: dict[tuple[int, int], tuple[list[ast.stmt], list[tuple[str, bool]]]] = {}
-    for name, sites in positions.items():
-        for site in sites:
-            by_place.setdefault((id(site.block), site.index), (site.block, []))[1].append((name, site.final))
-    # From the end of each block back, so that the indices still to use stay valid.
-    for (_, index), (block, names) in sorted(by_place.items(), key=lambda item: item[0][1], reverse=True):
-        stmt = block[index]
-        line = stmt.end_lineno or stmt.lineno
-        for name, final in sorted(names, reverse=True):
-            call = ast.parse(
-                f"__import__('hookwrap._script_runner', None, None, ['_defined'])._defined({name!r}, {final})"
-            ).body[0]
-            for node in ast.walk(call):
-                if hasattr(node, "lineno"):
-                    node.lineno = node.end_lineno = line  # type: ignore[attr-defined]
-                    node.col_offset = node.end_col_offset = 0  # type: ignore[attr-defined]
-            block.insert(index + 1, call)
-
-
 _active: list[Runner] = []
 
 
@@ -957,6 +905,7 @@ def run(script: str, args: Sequence[str] = (), presets: Sequence[str] = (), weav
                 runner.end_run(None)
         except BadInput as bad:
             print(bad.message, file=sys.stderr)
+            runner._fired.clear()  # the run never got to call them: what it lacked is said above
             return 2
         except SystemExit as exc:
             return _exit_status(exc)

@@ -1215,3 +1215,85 @@ def test_when_keeps_to_methods_calls_and_leaves_the_runs_start_and_end_to_all(hw
     assert result.returncode == 0 and result.stdout == "done\n", result.stderr
     last = torch.load(tmp_path / "ckD" / "last.pt", weights_only=True)
     assert last["step"] == 3  # optimizerD's three updates, not the six of both optimizers
+
+
+# --- item 5: what the script's source settles is checked before its first line ------
+
+_LOOP = """
+    print("started")
+    import torch
+    model = torch.nn.Linear(2, 1)
+    {decorator}
+    def train_step(x, y):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        return loss.item()
+
+    class Trainer:
+        def fit(self, steps):
+            for _ in range(steps):
+                yield train_step(torch.ones(4, 2), torch.zeros(4, 1))
+
+    print(sum(Trainer().fit(3)))
+"""
+
+
+@pytest.mark.parametrize("weaves, callback, message", [
+    (["step=__main__:train_step"], ("pre-step", lambda obj, x: None),
+     "asks for 'obj', which join point 'step' (train_step) does not have. Valid names: x, y."),
+    (["step=__main__:train_step"], "NanGuard(events='loss')", "NanGuard: no join point 'loss' exists."),
+    (["step=__main__:train_step", "run=__main__:Trainer.fit"], ("pre-run", lambda self, epochs: None),
+     "asks for 'epochs', which join point 'run' (Trainer.fit) does not have. Valid names: steps."),
+])
+def test_a_callback_that_cannot_run_on_the_scripts_own_function_is_refused_before_its_first_line(
+        hw, tmp_path, capsys, weaves, callback, message):
+    probe = _script(tmp_path, _LOOP.format(decorator="@torch.no_grad()"))
+    assert _runner(hw).run(str(probe), [], weaves=weaves, callbacks=[callback]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # not one line of the script ran
+    assert message in captured.err and captured.err.startswith("hookwrap run: ")
+
+
+def test_callbacks_checked_against_the_source_run_on_the_scripts_functions(hw, tmp_path, capsys):
+    """Checked against the stand-ins, registered once: they run on the real
+    functions (a generator method, a decorated function) as before, and the
+    stand-ins leave no join point behind."""
+    from hookwrap._joinpoints import all_join_points
+
+    probe = _script(tmp_path, _LOOP.format(decorator=""))
+    seen: list[Any] = []
+    before = {id(jp) for jp in all_join_points()}
+    status = _runner(hw).run(str(probe), [], weaves=["step=__main__:train_step", "run=__main__:Trainer.fit"],
+                             callbacks=[("post-step", lambda return_value: seen.append(round(return_value, 4)) or return_value),
+                                        ("pre-run", lambda self, steps: seen.append(("run", steps)) or steps)])
+    assert status == 0, capsys.readouterr().err
+    assert capsys.readouterr().out.splitlines()[0] == "started"
+    assert seen[0] == ("run", 3) and len(seen) == 4
+    import gc
+    gc.collect()
+    assert not [jp for jp in all_join_points() if id(jp) not in before and jp.event in ("step", "run")]
+
+
+def test_a_decorator_the_source_cannot_see_through_is_checked_once_the_script_defines_it(hw, tmp_path, capsys):
+    """A decorator of the script's own may change what the function takes: its
+    callbacks are checked when it is defined, the message naming the --callback."""
+    probe = _script(tmp_path, _LOOP.format(decorator="@logged").replace(
+        "model = torch", "def logged(fn):\n        return lambda *args: fn(*args)\n    model = torch"))
+    assert _runner(hw).run(str(probe), [], weaves=["step=__main__:train_step"],
+                           callbacks=[("pre-step", lambda x: None)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "started\n"
+    assert captured.err.startswith("hookwrap run: --callback ") and "asks for 'x'" in captured.err
+
+
+def test_a_stand_in_the_real_function_does_not_match_is_said_when_it_is_defined(hw, tmp_path, capsys):
+    """The source says ``train_step(x, y)``; a decorator named like torch's (which
+    keeps the signature) turns it into ``(*args)``: a callback that fitted the
+    stand-in cannot run on it, said when the script defines it, not skipped."""
+    probe = _script(tmp_path, _LOOP.format(decorator="@no_grad").replace(
+        "model = torch", "def no_grad(fn):\n        return lambda *args: fn(*args)\n    model = torch"))
+    assert _runner(hw).run(str(probe), [], weaves=["step=__main__:train_step"],
+                           callbacks=[("pre-step", lambda y: None)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "started\n"
+    assert captured.err.startswith("hookwrap run: --callback ") and "asks for 'y'" in captured.err
