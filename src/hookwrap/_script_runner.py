@@ -764,6 +764,11 @@ def _bad_expression(expr: str, exc: Exception, scope: dict[str, Any], shipped_er
                               f"has in scope, did not import: ")
     hint = ""
     if isinstance(exc, NameError) and exc.name:
+        # The installed packages' callbacks (entry points) are names it could mean too.
+        from importlib.metadata import entry_points
+
+        installed = sorted({point.name for point in entry_points(group=ENTRY_POINTS)} - set(names))
+        names += installed
         hint = (f"{closest(exc.name, names)} A name of another module: write it with its module "
                 f"(mypackage.callbacks.{exc.name}(...)), which hookwrap run imports.")
     return BadInput(

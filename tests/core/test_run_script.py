@@ -966,6 +966,27 @@ def test_measuring_callbacks_log_into_the_runs_metrics_logger_each_under_its_nam
     assert out == "" and "both log 'grad_norm' into one MetricsLogger" in err and "name='grad_norm_2'" in err
 
 
+def test_one_lr_monitor_on_two_optimizers_is_refused_and_one_each_logs_its_own(hw, tmp_path, capsys):
+    """LRMonitor on ``step`` with both of dcgan's optimizers: refused at D's second
+    update, naming --when and name=; one each, kept by --when, logs each rate at its
+    own optimizer's update count."""
+    probe = _script(tmp_path, _TWO_MODELS.replace("optimizerG = torch.optim.SGD(netG.parameters(), lr=0.01)",
+                                                  "optimizerG = torch.optim.Adam(netG.parameters(), lr=0.002)"))
+    run = _runner(hw).run
+    csv = tmp_path / "m.csv"
+    logger = f"MetricsLogger({str(csv)!r}, tensorboard=False)"
+    assert run(str(probe), [], presets=["torch_optim"], callbacks=["LRMonitor(event='step')", logger]) == 1
+    err = capsys.readouterr().err
+    assert "LRMonitor: event 'step' brings two optimizers in turn (SGD and Adam)" in err
+    assert "--when 'obj is optimizerD'" in err and "name='lr_D'" in err
+    assert run(str(probe), [], presets=["torch_optim"], when=["obj is optimizerD", "obj is optimizerG"],
+               callbacks=["LRMonitor(event='step', name='lr_D')", "LRMonitor(event='step', name='lr_G')",
+                          logger]) == 0, capsys.readouterr().err
+    rows = [line.split(",") for line in csv.read_text().splitlines()[1:]]
+    assert [(step, value) for step, name, value in rows if name == "lr_D"] == [(s, "0.01") for s in "123"]
+    assert [(step, value) for step, name, value in rows if name == "lr_G"] == [(s, "0.002") for s in "123"]
+
+
 def _two_models_norms() -> dict[str, list[float]]:
     """_TWO_MODELS by hand: the gradient norm of each model after its optimizer's step."""
     torch.manual_seed(0)
@@ -1078,6 +1099,9 @@ def test_a_callback_an_installed_package_registers_is_found_by_its_name(hw, tmp_
                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2 and "the hookwrap.callbacks entry point 'Broken' (mycallbacks)" in result.stderr
     assert "No module named 'mycallbacks_missing'" in result.stderr
+    result = subprocess.run([sys.executable, "-m", "hookwrap", "run", "--callback", "CountStep()", "dcgan.py"],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "Did you mean 'CountSteps'" in result.stderr
 
 
 _MODULE_LEVEL_LOOP = """
@@ -1129,6 +1153,8 @@ def test_a_module_level_loop_is_the_run_so_signals_and_errors_save(hw, tmp_path,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == status, result.stderr
     assert "done" not in result.stdout
+    if end == "signal":  # the job's log says where it can resume from, with no logging set up
+        assert f"SIGTERM received; saved the run after step 4 to {tmp_path / 'ck' / 'signal.pt'}" in result.stderr
     checkpoint = torch.load(tmp_path / "ck" / saved, weights_only=True)
     assert checkpoint["step"] == updates
     for name, value in _weights_after(updates).items():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import weakref
 import warnings
 from typing import Any, Callable
 
@@ -175,16 +176,41 @@ class LRMonitor(LogsInto, CountingCallback):
         self.name = logged_name(name, "LRMonitor")
         self.logger = checked_logger(logger, "LRMonitor")
         self.history: list[tuple[int, list[float]]] = []
+        self._reading: Any = None  # a weak reference to the optimizer read last,
+        self._read_before: Any = None  # and to the one before it
 
     listens = (On("post", "event", "record", value="optimizer", always=True),)
 
     def record(self, obj: Any, optimizer: Any) -> None:
+        reading = self._reading
+        if reading is None or reading() is not optimizer:
+            self._switch_to(optimizer)
         lrs = [float(group["lr"]) for group in optimizer.param_groups]
         if not self.history or self.history[-1][1] != lrs:
             self.history.append((self.step, lrs))
         if self.logger is not None:
             for i, lr in enumerate(lrs):
                 self.logger.log(self.name if len(lrs) == 1 else f"{self.name}/{i}", lr, self.row_step())
+
+    def _switch_to(self, optimizer: Any) -> None:
+        """A new optimizer is read: one that replaced the last (a run that makes its
+        optimizer anew) goes on; two read in turn (dcgan's D and G on one ``step``
+        event) would share one row name, refused at the first return to the first."""
+        before = self._read_before
+        if before is not None and before() is optimizer:
+            other = self._reading()
+            raise HookError(
+                f"LRMonitor: event {self.event!r} brings two optimizers in turn ({type(optimizer).__name__} and "
+                f"{type(other).__name__}), and it logs one under {self.name!r}: their rates would share its rows. "
+                f"Use one LRMonitor per optimizer, each kept to its own and named: under hookwrap run, "
+                f"--callback \"LRMonitor(event='step', name='lr_D')\" --when 'obj is optimizerD' (one for each); "
+                f"in Python, attach each to its optimizer (hw.add_callback(optimizerD, LRMonitor(event='step', "
+                f"name='lr_D'))).")
+        self._read_before = self._reading
+        try:
+            self._reading = weakref.ref(optimizer)
+        except TypeError:  # not weakly referable: not told apart (the rows say what it read)
+            self._reading = None
 
     @property
     def last(self) -> list[float] | None:
