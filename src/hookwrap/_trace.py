@@ -17,7 +17,7 @@ import shlex
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
-from types import FrameType
+from types import FrameType, ModuleType
 from typing import Any
 
 __all__ = ["trace"]
@@ -44,6 +44,9 @@ class _Seen:
     without_grad: int = 0
     returned: Counter[str] = field(default_factory=Counter)  # kinds of values it returned
     evaluates: bool = False  # a loss was computed without gradients while it ran
+    # Its first call's argument that was a global of the script with a sibling of its
+    # type (val_data beside test_data): (parameter, that global, the siblings).
+    data_argument: tuple[str, str, list[str]] | None = None
 
     @property
     def calls(self) -> int:
@@ -80,6 +83,8 @@ class _Watch:
                         caller.evaluates = True
             if seen.kind == "script":
                 self.stack.append(seen)
+                if seen.calls == 1:
+                    seen.data_argument = _data_argument(frame)
         elif event == "return" and self.stack and frame.f_code.co_filename == self.script:
             seen = self.seen.get(frame.f_code)
             if seen is not None and self.stack[-1] is seen:
@@ -107,6 +112,25 @@ class _Watch:
             return None
         self.seen[code] = seen
         return seen
+
+
+def _data_argument(frame: FrameType) -> tuple[str, str, list[str]] | None:
+    """A parameter of the call in ``frame`` given a data global of the script (not a
+    module, class or function: ``val_data``) that has others of its type beside it
+    (``test_data``): the evaluation may be called with either, and --only tells them apart."""
+    code, scope = frame.f_code, frame.f_globals
+    arguments = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+    for parameter in arguments:
+        value = frame.f_locals.get(parameter)
+        if isinstance(value, (type(None), bool, int, float, str, bytes, ModuleType)) or callable(value):
+            continue  # a number or a string may be a global by chance (interned): not a data set
+        name = next((n for n, v in scope.items() if v is value and not n.startswith("_")), None)
+        if name is None:
+            continue
+        siblings = [n for n, v in scope.items() if n != name and type(v) is type(value) and not n.startswith("_")]
+        if siblings:
+            return parameter, name, siblings
+    return None
 
 
 def _kind(value: Any) -> str:
@@ -207,6 +231,10 @@ def _report(script: str, args: list[str], ended: str, watch: _Watch, counted: _S
             grad = f"  loss: {s.with_grad} with gradients, {s.without_grad} without"
         elif s is evaluation:
             grad = "  computes a loss under torch.no_grad(): an evaluation"
+            if s.data_argument is not None:
+                parameter, name, siblings = s.data_argument
+                grad += (f", first of {parameter}={name} (beside {', '.join(siblings)}: --only keeps it to "
+                         f"{name})")
         say(f"  {s.calls / steps:6.2f}  {s.spec}{grad}")
     command = _proposal(script, args, seen, evaluation, counted, names)
     say()
@@ -240,6 +268,9 @@ def _proposal(script: str, args: list[str], seen: list[_Seen], evaluation: _Seen
             command += ["--train-only", "loss"]
     if evaluation is not None:
         command += ["--weave", f"evaluate={evaluation.spec}"]
+        if evaluation.data_argument is not None:  # the evaluation of training's: not a test set's
+            parameter, name, _ = evaluation.data_argument
+            command += ["--only", f"evaluate: {parameter} is {name}"]
     command += ["--callback", 'MetricsLogger("metrics.csv")']
     optimizers = [names.get(opt_id) for opt_id in counted.by_optimizer]
     if len(optimizers) == 1:

@@ -47,11 +47,12 @@ def _printed(out: str, prefix: str) -> list[float]:
 
 def test_word_language_model_its_losses_and_its_evaluation(tmp_path):
     report, out, rows = _traced_then_run("word_language_model_like.py", tmp_path, "--epochs", "2")
-    assert "torch.nn.functional:nll_loss  loss: 10 with gradients, 4 without" in report  # NLLLoss calls it
+    assert "torch.nn.functional:nll_loss  loss: 10 with gradients, 6 without" in report  # NLLLoss calls it
     assert "__main__:evaluate  computes a loss under torch.no_grad(): an evaluation" in report
-    assert "--train-only loss --weave evaluate=__main__:evaluate" in report
+    assert "--train-only loss --weave evaluate=__main__:evaluate --only 'evaluate: data_source is val_data'" in report
     assert [v for _, n, v in rows if n == "loss"] == _printed(out, "loss ")  # the training losses alone
-    assert [v for _, n, v in rows if n == "metric"] == _printed(out, "val ")
+    assert [v for _, n, v in rows if n == "metric"] == _printed(out, "val ")  # not the test set's at its end
+    assert len(_printed(out, "test ")) == 1
     assert [s for s, n, _ in rows if n == "lr"] == list(range(1, 11))  # one per update
     page = (Path(__file__).parents[2] / "docs" / "guide" / "integrations.md").read_text()
     shown = page.split("```text\nper optimizer step (10 steps):\n", 1)[1].split("```", 1)[0]

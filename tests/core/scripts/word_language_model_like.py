@@ -14,6 +14,7 @@ criterion = nn.NLLLoss()
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 data = [(torch.randn(8, 8), torch.randint(0, 4, (8,))) for _ in range(5)]
 val_data = [(torch.randn(8, 8), torch.randint(0, 4, (8,))) for _ in range(2)]
+test_data = [(torch.randn(8, 8), torch.randint(0, 4, (8,))) for _ in range(2)]
 
 def get_batch(source, i):
     return source[i]
@@ -42,3 +43,6 @@ for epoch in range(args.epochs):
     train()
     val_loss = evaluate(val_data)
     print(f"val {val_loss}")
+# As word_language_model ends: the test set, evaluated by the same function.
+test_loss = evaluate(test_data)
+print(f"test {test_loss}")
