@@ -276,6 +276,7 @@ def _proposal(script: str, args: list[str], seen: list[_Seen], evaluation: _Seen
     if len(optimizers) == 1:
         command += ["--callback", 'LRMonitor(event="step")']
     elif optimizers and None not in optimizers:  # each its own learning rate, at its own update count
-        for name in optimizers:
-            command += ["--callback", f'LRMonitor(event="step", name="lr_{name}")', "--when", f"obj is {name}"]
+        for optimizer in optimizers:
+            command += ["--callback", f'LRMonitor(event="step", name="lr_{optimizer}")', "--when",
+                        f"obj is {optimizer}"]
     return [*command, script, *args]

@@ -445,3 +445,32 @@ def test_grad_norm_is_the_unscaled_norm_under_lightning_16_mixed(hw, preset):
         run.fit(module, loader())
     assert len(theirs) == 8 and run.precision_plugin.scaler.get_scale() < 65536.0  # it scaled, and skipped
     assert [norm for _, norm in grads.history] == [pytest.approx(norm, rel=1e-3) for norm in theirs]
+
+
+def test_skip_bad_steps_runs_lightnings_closure_then_skips_a_bad_update(hw, preset):
+    """Lightning runs training_step and backward inside optimizer_step's closure:
+    SkipBadSteps runs the closure first, judges its loss, and skips the update of
+    the NaN batch (the third); the weights equal (torch.equal) those of Lightning's
+    own run on the same batches without it, and Lightning's step count goes on."""
+    from hookwrap.torch import SkipBadSteps
+
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(32, 4, generator=g), torch.randn(32, 1, generator=g)
+    bad_x = x.clone()
+    bad_x[16, 0] = float("nan")  # in the third batch of 8
+    keep = [i for i in range(32) if not 16 <= i < 24]
+
+    def batches(inputs: Any, targets: Any) -> Any:
+        return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(inputs, targets), batch_size=8)
+
+    with preset.weave(Module):
+        module = Module(lr=0.1)
+        skipping = SkipBadSteps()
+        hw.add_callback(module, skipping)
+        run = trainer(epochs=1)
+        run.fit(module, batches(bad_x, y))
+        assert skipping.skipped == [(3, "a loss is nan")] and run.global_step == 4  # counted, as an fp16 skip is
+    reference = Module(lr=0.1)
+    trainer(epochs=1).fit(reference, batches(x[keep], y[keep]))
+    assert torch.isfinite(weights(module)).all()
+    assert torch.equal(weights(module), weights(reference))

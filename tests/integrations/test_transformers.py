@@ -434,3 +434,53 @@ def test_a_resumed_hf_run_numbers_on_from_hf_step(hw, preset, tmp_path):
     assert resumed.state.global_step == 8
     assert early.state_dict() == straight.state_dict() and early.step == 8
     assert sorted(os.listdir(tmp_path / "ck")) == ["last.pt", "step=6.pt"]
+
+
+def test_skip_bad_steps_skips_the_update_of_a_bad_batch_as_if_it_never_came(hw, preset, tmp_path):
+    """A NaN loss at HF's update 3 (batches in order): SkipBadSteps skips that update and
+    HF goes on; the weights after 6 updates equal (torch.equal) those of HF's own run
+    of 5 updates on the same batches without that one. Without it, the NaN reaches
+    the weights."""
+    from hookwrap.torch import SkipBadSteps
+
+    class InOrder(hf.Trainer):
+        def _get_train_sampler(self, train_dataset: Any = None) -> Any:
+            return torch.utils.data.SequentialSampler(train_dataset or self.train_dataset)
+
+    settings = dict(cls=InOrder, lr_scheduler_type="constant", dataloader_drop_last=True)
+
+    def made(folder: str, steps: int) -> Any:
+        trainer = tiny_trainer(tmp_path / folder, steps=steps, **settings)
+        for module in trainer.model.modules():  # no dropout: a skipped batch draws no random numbers
+            if isinstance(module, torch.nn.Dropout):
+                module.p = 0.0
+        return trainer
+
+    def poisoned(steps: int, skip: bool) -> Any:
+        trainer = made(f"run{skip}", steps)
+        calls: list[int] = []
+
+        def poison(self: Any, return_value: Any) -> Any:
+            calls.append(1)
+            return return_value * float("nan") if len(calls) == 3 else return_value
+
+        hw.after(trainer, "loss", poison)
+        skipping = SkipBadSteps()
+        if skip:
+            hw.add_callback(trainer, skipping)
+        trainer.train()
+        return trainer, skipping
+
+    with preset.weave():
+        trainer, skipping = poisoned(6, skip=True)
+        assert skipping.skipped == [(3, "a loss is nan")] and trainer.state.global_step == 6
+        assert torch.isfinite(weights(trainer)).all()
+        unskipped, _ = poisoned(6, skip=False)
+        assert not torch.isfinite(weights(unskipped)).all()
+
+    # HF alone, the third batch (samples 8-11) left out of the data.
+    reference = made("reference", 5)
+    dataset = reference.train_dataset
+    reference.train_dataset = torch.utils.data.Subset(dataset, [i for i in range(len(dataset)) if not 8 <= i < 12])
+    reference.train()
+    assert torch.equal(weights(trainer), weights(reference))

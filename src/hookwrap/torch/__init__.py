@@ -49,6 +49,7 @@ from .progress import ProgressBar
 from .readback import HostReads
 from .readback import ReadBack
 from .readback import count_host_reads
+from .skip_bad_steps import SkipBadSteps
 from .spike import SpikeDetection
 from .spike import TrainingSpikeError
 from .steps import counts_updates
@@ -80,6 +81,7 @@ __all__ = [
     "Profiler",
     "ProgressBar",
     "ReadBack",
+    "SkipBadSteps",
     "SpikeDetection",
     "StepTimer",
     "TensorBoardWriter",

@@ -587,7 +587,7 @@ class Checkpoint(MonitoredCallback):
         # A warning: with no logging set up (a script under hookwrap run) it still reaches
         # stderr, so the job's log says where the run can resume from.
         log.warning("%s: %s received; saved the run after step %d to %s (resume_from='signal'), handing the "
-                    "signal on", self.where, name, self.step, os.path.join(self.dir, "signal.pt"))
+                    "signal on", self.where, name, self.step, self.dir / "signal.pt")
         self._caught.finish(signum)
 
     def _fit_failed(self, obj: Any, exception: BaseException) -> None:
