@@ -474,3 +474,30 @@ def test_skip_bad_steps_runs_lightnings_closure_then_skips_a_bad_update(hw, pres
     trainer(epochs=1).fit(reference, batches(x[keep], y[keep]))
     assert torch.isfinite(weights(module)).all()
     assert torch.equal(weights(module), weights(reference))
+
+
+@pytest.mark.parametrize("lr, thresholds", [(0.02, dict(stopping_threshold=0.6)),
+                                            (0.5, dict(divergence_threshold=1.9))])
+def test_early_stopping_thresholds_stop_where_lightnings_do(hw, preset, lr, thresholds):
+    """stopping_threshold (good enough) and divergence_threshold (hopeless), with a
+    patience that would never stop these runs: the same epoch and global step as
+    Lightning's EarlyStopping with the same settings."""
+    from lightning.pytorch.callbacks import EarlyStopping as LightningEarlyStopping
+
+    from hookwrap.torch import EarlyStopping
+
+    def fit(callbacks: list[Any], hooked: list[Any]) -> Any:
+        module = Module(lr=lr)
+        for cb in hooked:
+            hw.add_callback(module, cb)
+        run = pl.Trainer(max_epochs=30, accelerator="cpu", logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks)
+        run.fit(module, loader(), loader())
+        return run
+
+    theirs = fit([LightningEarlyStopping("val_loss", patience=100, **thresholds)], [])
+    with preset.weave(Module) as handle:
+        ours = fit([], [EarlyStopping("val_loss", patience=100, **thresholds)])
+        assert "threshold" in str(handle.stopped)
+    assert (ours.current_epoch, ours.global_step) == (theirs.current_epoch, theirs.global_step)
+    assert 1 < theirs.current_epoch < 30

@@ -71,7 +71,10 @@ class MonitoredCallback(CountingCallback):
 
     def observe(self, obj: Any, value: Any) -> None:
         assert self.source is not None
-        current = all_ranks_mean(to_float(self.source.pick(value, self.where)))
+        self.judge(obj, all_ranks_mean(to_float(self.source.pick(value, self.where))))
+
+    def judge(self, obj: Any, current: float) -> None:
+        """One monitored value, the same on every rank: an improvement or not."""
         if self.best.improves(current):
             self.best.value, self.best_step = current, self.step
             self.improved(obj, current)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any, Callable
 
 from ..errors import HookError, StopTraining
@@ -29,6 +30,11 @@ class EarlyStopping(MonitoredCallback):
     it is what the framework attached to does: True on the transformers preset, False
     elsewhere.
 
+    ``stopping_threshold``: a value better than it (``mode="min"``: below) is good
+    enough, and stops the run at once; ``divergence_threshold``: a value worse than it
+    (above) is hopeless, and stops it too. Both as Lightning's ``EarlyStopping``
+    decides them, before patience.
+
     The loop
     ends the run by catching the exception:
 
@@ -42,8 +48,21 @@ class EarlyStopping(MonitoredCallback):
 
     def __init__(self, monitor: str = "val_loss", mode: str = "min", patience: int = 3,
                  min_delta: float = 0.0, event: str = "evaluate",
-                 step_event: str | None = DefaultEvent("step"), small_gains_set_best: bool | None = None) -> None:
+                 step_event: str | None = DefaultEvent("step"), small_gains_set_best: bool | None = None,
+                 stopping_threshold: float | None = None, divergence_threshold: float | None = None) -> None:
         self.patience = whole_number(patience, "patience", "EarlyStopping")
+        for setting, value in (("stopping_threshold", stopping_threshold),
+                               ("divergence_threshold", divergence_threshold)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not math.isfinite(value)):
+                raise HookError(f"EarlyStopping: {setting} must be a finite number or None, got {value!r}.")
+        crossed = stopping_threshold is not None and divergence_threshold is not None and (
+            stopping_threshold >= divergence_threshold if mode == "min" else stopping_threshold <= divergence_threshold)
+        if crossed:
+            raise HookError(f"EarlyStopping: stopping_threshold={stopping_threshold} (good enough) must be "
+                            f"{'below' if mode == 'min' else 'above'} divergence_threshold={divergence_threshold} "
+                            f"(hopeless) with mode={mode!r}.")
+        self.stopping_threshold, self.divergence_threshold = stopping_threshold, divergence_threshold
         if small_gains_set_best is not None and not isinstance(small_gains_set_best, bool):
             raise HookError(f"EarlyStopping: small_gains_set_best must be True, False, or None (as the framework "
                             f"attached to decides), got {small_gains_set_best!r}.")
@@ -66,6 +85,26 @@ class EarlyStopping(MonitoredCallback):
         self._reads_per_object = setting is None and target is None  # the global tier: each trainer's own
         return super().attach(target)
 
+    def judge(self, obj: Any, current: float) -> None:
+        """Lightning's order: the value good enough (``stopping_threshold``) or hopeless
+        (``divergence_threshold``, beyond it in the wrong direction) stops the run at
+        once, before patience is counted; neither changes the best."""
+        below = self.best.mode == "min"
+        sign = "<" if below else ">"
+        threshold = self.stopping_threshold
+        if threshold is not None and (current < threshold if below else current > threshold):
+            self._stop(f"{self.monitor} reached the stopping threshold: {current:.6g} {sign} {threshold}.")
+        threshold = self.divergence_threshold
+        if threshold is not None and (current > threshold if below else current < threshold):
+            self._stop(f"{self.monitor} diverged: {current:.6g} {'>' if below else '<'} the divergence threshold "
+                       f"{threshold}.")
+        super().judge(obj, current)
+
+    def _stop(self, why: str) -> None:
+        stop = StopTraining(f"EarlyStopping: {why}")
+        log.info("stopping at step %d: %s", self.step, stop)
+        raise stop
+
     def improved(self, obj: Any, value: float) -> None:
         self.wait = 0
 
@@ -76,13 +115,8 @@ class EarlyStopping(MonitoredCallback):
             self.best.value, self.best_step = value, self.step
         self.wait += 1
         if self.wait >= self.patience:
-            stop = StopTraining(
-                f"EarlyStopping: {self.monitor} has not improved by more than "
-                f"{self.best.min_delta} for {self.wait} evaluations (best {self.best.value:.6g} "
-                f"at step {self.best_step}, now {value:.6g})."
-            )
-            log.info("stopping at step %d: %s", self.step, stop)
-            raise stop
+            self._stop(f"{self.monitor} has not improved by more than {self.best.min_delta} for {self.wait} "
+                       f"evaluations (best {self.best.value:.6g} at step {self.best_step}, now {value:.6g}).")
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "wait": self.wait}
