@@ -501,3 +501,42 @@ def test_early_stopping_thresholds_stop_where_lightnings_do(hw, preset, lr, thre
         assert "threshold" in str(handle.stopped)
     assert (ours.current_epoch, ours.global_step) == (theirs.current_epoch, theirs.global_step)
     assert 1 < theirs.current_epoch < 30
+
+
+def test_checkpoint_every_n_minutes_saves_at_the_steps_lightnings_train_time_interval_does(hw, preset, tmp_path,
+                                                                                          monkeypatch):
+    """One clock for both, advanced 25 s by each training step: Checkpoint(every_n_minutes=1)
+    saves after the same steps as ModelCheckpoint(train_time_interval=1 minute)."""
+    import datetime
+    import types
+
+    import lightning.pytorch.callbacks.model_checkpoint as model_checkpoint
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    import hookwrap.torch.checkpoint as checkpoint
+    from hookwrap.torch import Checkpoint
+
+    now = [1000.0]
+    monkeypatch.setattr(model_checkpoint, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+    monkeypatch.setattr(checkpoint, "_clock", lambda: now[0])
+
+    class Slow(Module):
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            now[0] += 25.0
+            return super().training_step(batch, batch_idx)
+
+    def fit(callbacks: list[Any], hooked: list[Any]) -> None:
+        now[0] = 1000.0
+        module = Slow(lr=0.01)
+        for cb in hooked:
+            hw.add_callback(module, cb)
+        pl.Trainer(max_epochs=3, accelerator="cpu", logger=False, enable_progress_bar=False,
+                   enable_model_summary=False, callbacks=callbacks, default_root_dir=tmp_path).fit(module, loader())
+
+    fit([ModelCheckpoint(tmp_path / "theirs", train_time_interval=datetime.timedelta(minutes=1), save_top_k=-1,
+                         save_last=False)], [])
+    theirs = sorted(int(p.stem.split("step=")[1]) for p in (tmp_path / "theirs").iterdir())
+    with preset.weave(Slow):
+        fit([], [Checkpoint(tmp_path / "ours", every_n_minutes=1, save_last=False)])
+    ours = sorted(int(p.stem.split("=")[1]) for p in (tmp_path / "ours").glob("step=*.pt"))
+    assert ours == theirs and len(theirs) >= 3, (ours, theirs)

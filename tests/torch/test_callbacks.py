@@ -473,6 +473,8 @@ def test_step_timer_refuses_cuda_where_there_is_none(hw, ht):
     (lambda ht: ht.MetricsLogger("m.csv", every="2"), "MetricsLogger: every must be a whole number >= 1, got '2'"),
     (lambda ht: ht.EarlyStopping(mode="best"), "mode must be 'min' or 'max'"),
     (lambda ht: ht.EarlyStopping(stopping_threshold=float("nan")), "stopping_threshold must be a finite number"),
+    (lambda ht: ht.Checkpoint("ck", every_n_minutes=0),
+     "every_n_minutes must be a number > 0 and finite (the wall-clock time between saves), got 0"),
     (lambda ht: ht.EarlyStopping(stopping_threshold=2.0, divergence_threshold=1.0),
      "stopping_threshold=2.0 (good enough) must be below divergence_threshold=1.0 (hopeless) with mode='min'"),
 ])

@@ -10,6 +10,7 @@ import logging
 import math
 import os
 import signal
+import time
 import types
 import warnings
 from typing import Any, Callable, Literal, overload
@@ -18,13 +19,15 @@ from ..errors import HookError, HookwrapWarning, add_note_once
 from .. import callback_state, load_callback_state
 from ..extend import JoinPointInfo, anchored, is_join_point, per_join_point, reader, runs_last, stateful_callbacks
 from ._attach import (COUNT, NUMBER_OR_NONE, CountingCallback, DefaultEvent, Saved, framework_resume, from_object,
-                      is_rank_zero, is_reference, saved, whole_number)
+                      is_rank_zero, is_reference, positive_number, saved, whole_number)
 from ._best import MonitoredCallback
 from .checkpoint_io import (CheckpointIO, RemotePath, StoragePath, gather_ranks, of_this_rank, portable_rng,
                             rng_state, set_rng_state, storage_path)
 from ._signals import Caught, signal_numbers
-from .distributed import is_distributed, per_rank, written_on_rank_zero
+from .distributed import any_rank, is_distributed, per_rank, written_on_rank_zero
 from .readback import settle
+
+_clock = time.monotonic  # every_n_minutes' clock (a test sets its own)
 
 log = logging.getLogger(__name__)  # under "hookwrap": saves, restores and resumes, at INFO
 
@@ -200,8 +203,10 @@ class Checkpoint(MonitoredCallback):
 
     * ``last.pt`` (``save_last=True``): at the end of every epoch, with every
       ``every_n_steps`` file, and at the end of ``fit``;
-    * ``step=N.pt`` every ``every_n_steps`` steps, ``epoch=N.pt`` every
-      ``every_n_epochs`` epochs, all kept;
+    * ``step=N.pt`` every ``every_n_steps`` steps, and after the first step that ends
+      ``every_n_minutes`` or more after the last timed save (or the run's start;
+      Lightning's ``train_time_interval``), ``epoch=N.pt`` every ``every_n_epochs``
+      epochs, all kept;
     * ``best-epoch=E-step=N.pt``: the ``save_top_k`` best by ``monitor`` (read from join
       point ``event`` as EarlyStopping reads it; the mean over the ranks under
       torch.distributed), the others deleted; ``best-epoch=E-step=N-v1.pt``, ``-v2``,
@@ -261,7 +266,8 @@ class Checkpoint(MonitoredCallback):
                  event: str = DefaultEvent("evaluate"), epoch_event: str | None = DefaultEvent("epoch"),
                  fit_event: str | None = DefaultEvent("fit"),
                  step_event: str | None = DefaultEvent("step"), on_exception: bool = False,
-                 on_signal: Any = None, sharded: bool | None = None) -> None:
+                 on_signal: Any = None, sharded: bool | None = None,
+                 every_n_minutes: float | None = None) -> None:
         where = f"Checkpoint({str(dir)!r})"
         if not isinstance(dir, (str, os.PathLike)) or not str(dir):
             raise HookError(f"{where}: dir must be a folder path, got {dir!r}.")
@@ -272,6 +278,9 @@ class Checkpoint(MonitoredCallback):
         self.save_top_k = whole_number(save_top_k, "save_top_k", where)
         self.every_n_steps = None if every_n_steps is None else whole_number(every_n_steps, "every_n_steps", where)
         self.every_n_epochs = None if every_n_epochs is None else whole_number(every_n_epochs, "every_n_epochs", where)
+        self.every_n_minutes = None if every_n_minutes is None else \
+            positive_number(every_n_minutes, "every_n_minutes", where, why="the wall-clock time between saves")
+        self._timed_from: float | None = None  # when the time to the next timed save started
         if not isinstance(save_last, bool):
             raise HookError(f"{where}: save_last must be True or False, got {save_last!r}.")
         if not isinstance(on_exception, bool):
@@ -360,9 +369,10 @@ class Checkpoint(MonitoredCallback):
             pairs += self._holders(self.epoch_event)
             pairs.append((f"pre-{self.epoch_event}", reader(self._boundary, "pre-")))
             pairs.append((f"post-{self.epoch_event}", reader(self._epoch_ended, "post-")))
-        if self.every_n_steps is not None and not self.wants(target, self.step_event):
-            raise HookError(f"{self.where}: every_n_steps needs a step join point to count; the target "
-                            f"has no {self.step_event!r}. Pass step_event= the join point of one step.")
+        for setting in ("every_n_steps", "every_n_minutes"):
+            if getattr(self, setting) is not None and not self.wants(target, self.step_event):
+                raise HookError(f"{self.where}: {setting} saves after a step, and the target has no "
+                                f"{self.step_event!r}. Pass step_event= the join point of one step.")
         if self.resume_from is not None and not wants_fit:
             raise HookError(f"{self.where}: resume_from restores at the start of fit, and the target has "
                             f"no {self.fit_event!r}. Pass fit_event=, or call checkpoint.resume(obj).")
@@ -443,7 +453,8 @@ class Checkpoint(MonitoredCallback):
 
     def event_methods(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
         pairs = super().event_methods(target)
-        if self.every_n_steps is not None and self.wants(target, self.step_event):
+        if (self.every_n_steps is not None or self.every_n_minutes is not None) \
+                and self.wants(target, self.step_event):
             pairs.append((f"post-{self.step_event}", reader(self._step_ended, "post-")))
             pairs.append((f"post-{self.step_event}", self._writer()))
         if self._counts_completed:
@@ -451,8 +462,18 @@ class Checkpoint(MonitoredCallback):
         return pairs
 
     def _step_ended(self, obj: Any) -> None:
-        assert self.every_n_steps is not None
-        if self.step % self.every_n_steps == 0:  # written at the end of this call (_writer)
+        due = self.every_n_steps is not None and self.step % self.every_n_steps == 0
+        if self.every_n_minutes is not None:
+            now = _clock()
+            if self._timed_from is None:  # the first step: the time counts from its end
+                self._timed_from = now
+            elapsed = now - self._timed_from >= 60.0 * self.every_n_minutes
+            if is_distributed():  # the ranks' clocks differ: one decision for all
+                elapsed = any_rank(elapsed)
+            if elapsed:
+                self._timed_from = now
+                due = True
+        if due:  # written at the end of this call (_writer)
             self._pending.add(f"step={self.step}.pt")
             if self.save_last:
                 self._pending.add("last.pt")
@@ -545,6 +566,8 @@ class Checkpoint(MonitoredCallback):
 
     def _fit_started(self, obj: Any) -> None:
         self._refuse_framework_resume(obj)  # attached to the global tier: known only now
+        if self.every_n_minutes is not None:
+            self._timed_from = _clock()  # the time to the first timed save counts from the run's start
         # After a resume_from restore (registered before): the state the run starts from.
         self._completed, self._interrupted = self.step, False
         if self.on_exception:
