@@ -25,6 +25,7 @@ from .errors import (
     CallbackSignatureError,
     HookError,
     HookwrapWarning,
+    SettingError,
     StopTraining,
     UnknownEventError,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "HookableCallable",
     "HookableClassCallable",
     "HookwrapWarning",
+    "SettingError",
     "StopTraining",
     "USING_EXTENSION",
     "UnknownEventError",

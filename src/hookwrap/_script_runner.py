@@ -338,7 +338,7 @@ class Runner:
                     target.module = "__main__"
 
     def _apply_presets(self) -> None:
-        from .integrations import _REGISTRY, PRESETS, load
+        from .integrations import _REGISTRY, PRESETS, install_command, load
 
         for name in dict.fromkeys(self.presets):  # a preset in the run file and on the command line: once
             key = name.replace("-", "_")
@@ -355,10 +355,8 @@ class Runner:
                 # applied) is missing here; anything else missing is a bug, and goes on.
                 if (exc.name or "").split(".")[0] != preset.framework:
                     raise
-                how = (f"DS_BUILD_OPS=0 pip install --no-build-isolation 'hookwrap[{preset.extra}]' torch==2.13.0"
-                       if preset.extra == "deepspeed" else f"pip install 'hookwrap[{preset.extra}]' torch==2.13.0")
                 raise BadInput(f"{PROG}: --preset {name!r} needs {preset.framework}, which is not "
-                               f"installed here: install it ({how}, or your own version of "
+                               f"installed here: install it ({install_command(key)}, or your own version of "
                                f"{preset.framework}).") from None
             except HookError as exc:
                 raise BadInput(f"{PROG}: --preset {name!r}: {exc}") from None

@@ -15,6 +15,7 @@ __all__ = [
     "CallbackSignatureError",
     "HookError",
     "HookwrapWarning",
+    "SettingError",
     "StopTraining",
     "UnknownEventError",
     "closest",
@@ -24,6 +25,11 @@ __all__ = [
 
 class HookError(Exception):
     """Base of every error hookwrap raises about how hooks are used."""
+
+
+class SettingError(HookError, ValueError):
+    """A callback's setting (a keyword of its constructor) that can never work, or a
+    value it was given that it cannot take: ``except ValueError`` catches it too."""
 
 
 class CallbackSignatureError(HookError, TypeError):

@@ -1265,11 +1265,11 @@ _LOOP = """
 
 
 @pytest.mark.parametrize("weaves, callback, message", [
-    (["step=__main__:train_step"], ("pre-step", lambda obj, x: None),
-     "asks for 'obj', which join point 'step' (train_step) does not have. Valid names: x, y."),
-    (["step=__main__:train_step"], "NanGuard(events='loss')", "NanGuard: no join point 'loss' exists."),
-    (["step=__main__:train_step", "run=__main__:Trainer.fit"], ("pre-run", lambda self, epochs: None),
-     "asks for 'epochs', which join point 'run' (Trainer.fit) does not have. Valid names: steps."),
+    (["t1_step=__main__:train_step"], ("pre-t1_step", lambda obj, x: None),
+     "asks for 'obj', which join point 't1_step' (train_step) does not have. Valid names: x, y."),
+    (["t1_step=__main__:train_step"], "NanGuard(events='t1_loss')", "NanGuard: no join point 't1_loss' exists."),
+    (["t1_step=__main__:train_step", "t1_run=__main__:Trainer.fit"], ("pre-t1_run", lambda self, epochs: None),
+     "asks for 'epochs', which join point 't1_run' (Trainer.fit) does not have. Valid names: steps."),
 ])
 def test_a_callback_that_cannot_run_on_the_scripts_own_function_is_refused_before_its_first_line(
         hw, tmp_path, capsys, weaves, callback, message):
@@ -1289,15 +1289,15 @@ def test_callbacks_checked_against_the_source_run_on_the_scripts_functions(hw, t
     probe = _script(tmp_path, _LOOP.format(decorator=""))
     seen: list[Any] = []
     before = {id(jp) for jp in all_join_points()}
-    status = _runner(hw).run(str(probe), [], weaves=["step=__main__:train_step", "run=__main__:Trainer.fit"],
-                             callbacks=[("post-step", lambda return_value: seen.append(round(return_value, 4)) or return_value),
-                                        ("pre-run", lambda self, steps: seen.append(("run", steps)) or steps)])
+    status = _runner(hw).run(str(probe), [], weaves=["t2_step=__main__:train_step", "t2_run=__main__:Trainer.fit"],
+                             callbacks=[("post-t2_step", lambda return_value: seen.append(round(return_value, 4)) or return_value),
+                                        ("pre-t2_run", lambda self, steps: seen.append(("run", steps)) or steps)])
     assert status == 0, capsys.readouterr().err
     assert capsys.readouterr().out.splitlines()[0] == "started"
     assert seen[0] == ("run", 3) and len(seen) == 4
     import gc
     gc.collect()
-    assert not [jp for jp in all_join_points() if id(jp) not in before and jp.event in ("step", "run")]
+    assert not [jp for jp in all_join_points() if id(jp) not in before and jp.event in ("t2_step", "t2_run")]
 
 
 def test_a_decorator_the_source_cannot_see_through_is_checked_once_the_script_defines_it(hw, tmp_path, capsys):
@@ -1305,8 +1305,8 @@ def test_a_decorator_the_source_cannot_see_through_is_checked_once_the_script_de
     callbacks are checked when it is defined, the message naming the --callback."""
     probe = _script(tmp_path, _LOOP.format(decorator="@logged").replace(
         "model = torch", "def logged(fn):\n        return lambda *args: fn(*args)\n    model = torch"))
-    assert _runner(hw).run(str(probe), [], weaves=["step=__main__:train_step"],
-                           callbacks=[("pre-step", lambda x: None)]) == 2
+    assert _runner(hw).run(str(probe), [], weaves=["t3_step=__main__:train_step"],
+                           callbacks=[("pre-t3_step", lambda x: None)]) == 2
     captured = capsys.readouterr()
     assert captured.out == "started\n"
     assert captured.err.startswith("hookwrap run: --callback ") and "asks for 'x'" in captured.err
@@ -1318,8 +1318,8 @@ def test_a_stand_in_the_real_function_does_not_match_is_said_when_it_is_defined(
     stand-in cannot run on it, said when the script defines it, not skipped."""
     probe = _script(tmp_path, _LOOP.format(decorator="@no_grad").replace(
         "model = torch", "def no_grad(fn):\n        return lambda *args: fn(*args)\n    model = torch"))
-    assert _runner(hw).run(str(probe), [], weaves=["step=__main__:train_step"],
-                           callbacks=[("pre-step", lambda y: None)]) == 2
+    assert _runner(hw).run(str(probe), [], weaves=["t4_step=__main__:train_step"],
+                           callbacks=[("pre-t4_step", lambda y: None)]) == 2
     captured = capsys.readouterr()
     assert captured.out == "started\n"
     assert captured.err.startswith("hookwrap run: --callback ") and "asks for 'y'" in captured.err

@@ -59,12 +59,23 @@ def test_the_integrations_page_lists_every_preset_as_the_registry_does() -> None
     for (_, weaves, from_cli, tested), preset in zip(rows, REGISTRY.values()):
         assert weaves == preset.weaves
         assert from_cli.startswith("yes" if preset.from_cli else "no")
-        pin, extra = re.fullmatch(r"`([^`]+)` \(`(\w+)`.*\)", tested).groups()  # type: ignore[union-attr]
+        pin, extra = re.fullmatch(r"`([^`]+)` \(`([\w-]+)`.*\)", tested).groups()  # type: ignore[union-attr]
         assert extra == preset.extra
         if extra == "torch":
             assert pin in extras[extra]  # torch's floor; the tests pin it on the command line
         else:
             assert pin in pins() and _admits(extras[extra], pin)
+
+
+def test_each_frameworks_extra_holds_the_ranges_thirdparty_has() -> None:
+    """``hookwrap[lightning]`` and the other per-framework extras install what the
+    preset's framework needs, at the ranges of ``thirdparty`` (all the frameworks the
+    tests weave): one range per package, whichever extra installs it."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    for preset in REGISTRY.values():
+        if preset.extra in ("torch", "deepspeed"):
+            continue
+        assert extras[preset.extra] and set(extras[preset.extra]) <= set(extras["thirdparty"]), preset.extra
 
 
 def pins() -> list[str]:
@@ -180,3 +191,25 @@ def test_a_preset_records_that_it_was_applied_and_removed(hw: Any, caplog: Any) 
         assert handle.applied
     said = [r.getMessage() for r in caplog.records if r.name == "hookwrap.integrations._weaving"]
     assert said == ["preset ignite Engine applied", "preset ignite Engine removed"]
+
+
+@pytest.mark.parametrize("name", [name for name, preset in REGISTRY.items() if preset.framework != "torch"])
+def test_a_preset_without_its_framework_says_what_to_install(hw: Any, monkeypatch: pytest.MonkeyPatch,
+                                                             name: str) -> None:
+    """In Python as on the command line: not a bare ModuleNotFoundError from inside
+    the preset, but the extra to install, torch pinned to the one installed here."""
+    import sys
+    from importlib.metadata import version
+
+    framework = REGISTRY[name].framework
+    for module in [m for m in sys.modules if m == framework or m.startswith(framework + ".")]:
+        monkeypatch.delitem(sys.modules, module)
+    monkeypatch.setitem(sys.modules, framework, None)  # as if it were not installed
+    weave = importlib.import_module("hookwrap.integrations").load(name)
+    with pytest.raises(ModuleNotFoundError) as raised:
+        weave(object) if name == "lightning" else weave()
+    torch_pin = "torch==" + version("torch").split("+")[0]
+    assert f"hookwrap.integrations.{name} weaves {framework}, and {framework} is not installed here" \
+        in str(raised.value)
+    assert f"'hookwrap[{REGISTRY[name].extra}]' {torch_pin}" in str(raised.value)
+    assert raised.value.name is not None and raised.value.name.split(".")[0] == framework

@@ -184,3 +184,11 @@ def test_weaving_the_optimizer_base_class_fires_for_every_optimizer(hw):
     module, loss_fn = _model(torch.optim.SGD)
     _steps(torch.optim.SGD(module.parameters(), lr=0.1), module, loss_fn, 2)
     assert seen == []
+
+
+def test_a_module_given_as_the_event_is_refused_naming_what_it_does(hw):
+    from hookwrap.integrations.torch_optim import weave_optimizers
+
+    with pytest.raises(ValueError, match=r"weave_optimizers\(event=Linear\(.*\): event is the name every "
+                                         r"optimizer's step takes.*hw.add_callback\(optimizer, cb\)"):
+        weave_optimizers(torch.nn.Linear(2, 1))

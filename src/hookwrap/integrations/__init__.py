@@ -24,20 +24,21 @@ lightning preset needs your LightningModule subclass: ``weave(MyModule)``.)
 
 from __future__ import annotations
 
+import functools
 import importlib
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, TypeVar
 
 from ..errors import HookError, closest
 from ._weaving import PresetHandle
 
-__all__ = ["PRESETS", "PresetHandle", "load"]
+__all__ = ["PRESETS", "PresetHandle", "install_command", "load"]
 
 
 class _Preset(NamedTuple):
     weave: str  # "module:function", imported only when the preset is used
     weaves: str  # what it weaves, as `hookwrap run --help` and the integrations page's table say
     framework: str  # the top-level module of what it weaves: importing this package never imports it
-    extra: str  # the extra of hookwrap pinning the version the tests use
+    extra: str  # the extra of hookwrap that installs it (a range from the version the tests use)
     from_cli: bool = True  # `hookwrap run --preset` applies it (lightning's needs your module class)
 
 
@@ -50,16 +51,16 @@ _REGISTRY: dict[str, _Preset] = {
     "torch_optim": _Preset("hookwrap.integrations.torch_optim:weave_optimizers",
                            "step of every torch.optim optimizer", "torch", "torch"),
     "transformers": _Preset("hookwrap.integrations.transformers:weave", "Hugging Face Trainer",
-                            "transformers", "thirdparty"),
+                            "transformers", "transformers"),
     "lightning": _Preset("hookwrap.integrations.lightning:weave",
-                         "your LightningModule subclass, in Lightning's Trainer", "lightning", "thirdparty",
+                         "your LightningModule subclass, in Lightning's Trainer", "lightning", "lightning",
                          from_cli=False),
-    "ignite": _Preset("hookwrap.integrations.ignite:weave", "ignite Engine", "ignite", "thirdparty"),
+    "ignite": _Preset("hookwrap.integrations.ignite:weave", "ignite Engine", "ignite", "ignite"),
     "accelerate": _Preset("hookwrap.integrations.accelerate:weave", "accelerate Accelerator", "accelerate",
-                          "thirdparty"),
-    "fabric": _Preset("hookwrap.integrations.fabric:weave", "Lightning Fabric", "lightning", "thirdparty"),
+                          "accelerate"),
+    "fabric": _Preset("hookwrap.integrations.fabric:weave", "Lightning Fabric", "lightning", "lightning"),
     "pytorch_accelerated": _Preset("hookwrap.integrations.pytorch_accelerated:weave", "pytorch-accelerated Trainer",
-                                   "pytorch_accelerated", "thirdparty"),
+                                   "pytorch_accelerated", "pytorch-accelerated"),
     "deepspeed": _Preset("hookwrap.integrations.deepspeed:weave", "DeepSpeedEngine", "deepspeed", "deepspeed"),
 }
 
@@ -73,3 +74,45 @@ def load(name: str) -> Callable[..., Any]:
                         + f" Presets: {', '.join(PRESETS)}.")
     module, _, function = PRESETS[name].partition(":")
     return getattr(importlib.import_module(module), function)  # type: ignore[no-any-return]
+
+
+def install_command(name: str) -> str:
+    """What installs preset ``name``'s framework: its extra, with the torch installed
+    here pinned on the same line (an unpinned torch may resolve to another build)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    extra = _REGISTRY[name].extra
+    try:
+        torch = "torch==" + version("torch").split("+")[0]
+    except PackageNotFoundError:
+        torch = "torch==<the torch version you use>"
+    if extra == "deepspeed":  # built against the torch installed, not one pip fetches to build it
+        return f"DS_BUILD_OPS=0 pip install --no-build-isolation 'hookwrap[deepspeed]' {torch}"
+    return f"pip install 'hookwrap[{extra}]' {torch}"
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def needs_framework(name: str, *modules: str) -> Callable[[_F], _F]:
+    """A preset's ``weave``: where its framework (or another of ``modules`` it needs)
+    is not installed, a ``ModuleNotFoundError`` that says what to install, not the
+    bare import's. Anything else missing is a bug, and goes on as itself."""
+    needed = {_REGISTRY[name].framework, *modules}
+
+    def decorate(weave: _F) -> _F:
+        @functools.wraps(weave)
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return weave(*args, **kwargs)
+            except ImportError as exc:
+                if (exc.name or "").split(".")[0] not in needed:
+                    raise
+                raise ModuleNotFoundError(
+                    f"hookwrap.integrations.{name} weaves {_REGISTRY[name].framework}, and "
+                    f"{(exc.name or '').split('.')[0]} is not installed here: install it ({install_command(name)}, "
+                    f"or your own version of it).", name=exc.name) from exc
+
+        return checked  # type: ignore[return-value]
+
+    return decorate

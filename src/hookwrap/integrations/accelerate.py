@@ -48,6 +48,7 @@ from typing import Any, cast
 from .. import CallbackState
 
 from ..errors import HookError, StopTraining
+from . import needs_framework
 from ._weaving import (PresetHandle, _raw, _set, accumulates, counts_updates, holds_gradients, routed, scales_loss,
                        stage, target_class)
 
@@ -57,6 +58,7 @@ __all__ = ["weave"]
 ACCUMULATION = "Accelerator(gradient_accumulation_steps=N) with `with accelerator.accumulate(model):`"
 
 
+@needs_framework('accelerate')
 def weave(accelerator: Any = None, *, stop: str = "raise") -> PresetHandle:
     """Weave ``accelerate.Accelerator`` (or ``accelerator``: a subclass, or an instance of
     one). ``stop``: ``"raise"`` or ``"trigger"`` (see the module). Returns a handle whose

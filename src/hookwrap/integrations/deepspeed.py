@@ -41,6 +41,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from . import needs_framework
 from ._weaving import (PresetHandle, accumulates, counts_updates, holds_gradients, patch, resume_from_folder, routed,
                        save_into_folder, scales_loss, stage, target_class)
 
@@ -51,6 +52,7 @@ ACCUMULATION = ('the DeepSpeed config\'s "gradient_accumulation_steps" (and "gra
                 "DeepSpeed accumulates, clips and scales the gradients it holds")
 
 
+@needs_framework('deepspeed')
 def weave(engine: Any = None) -> PresetHandle:
     """Weave ``deepspeed.DeepSpeedEngine`` (or ``engine``: a subclass, or an instance of
     one, whose class is woven). Returns a handle whose ``remove()`` restores everything."""

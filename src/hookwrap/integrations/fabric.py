@@ -83,6 +83,7 @@ from typing import Any
 from .. import Callback, add_callback, callback_state, describe, emit, load_callback_state
 from ..errors import HookError, HookwrapWarning, StopTraining
 from ..extend import Defers, Ending, check_plain, stateful_callbacks
+from . import needs_framework
 from ._weaving import (PresetHandle, _raw, _set, accumulates, counts_updates, routed, scales_loss, stage,
                        target_class)
 
@@ -140,6 +141,7 @@ def _loss(values: dict[str, Any]) -> Any:
     return outputs.get("loss") if isinstance(outputs, Mapping) else outputs
 
 
+@needs_framework('fabric')
 def weave(fabric: Any = None, *, stop: str = "raise", hooks: tuple[str, ...] = ()) -> PresetHandle:
     """Weave ``lightning.fabric.Fabric`` (or ``fabric``: a subclass, or an instance of one).
     ``stop``: ``"raise"`` or ``"flag"`` (see the module). ``hooks``: more ``fabric.call``

@@ -31,6 +31,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from . import needs_framework
 from ._weaving import (PresetHandle, _raw, _set, current_run, decides_as, resumes_itself, routed, stage,
                        stop_while_running, target_class)
 
@@ -50,6 +51,7 @@ class _Ended:
         self.gen, self.value, self.error = gen, value, error
 
 
+@needs_framework('ignite')
 def weave(engine: Any = None) -> PresetHandle:
     """Weave ``ignite.engine.Engine`` (or ``engine``: a subclass, or an instance of one).
     Returns a handle whose ``remove()`` restores everything."""

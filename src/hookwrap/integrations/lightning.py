@@ -43,6 +43,7 @@ from typing import Any
 from ..extend import check_plain
 from ..errors import HookError
 from .. import callback_state
+from . import needs_framework
 from ._weaving import (PresetHandle, accumulates, counts_updates, done, instead, log_event, patch, resume_callbacks,
                        resume_without_state, resumes_itself, routed, scales_loss, stage, stop_while_running,
                        target_class)
@@ -56,6 +57,7 @@ RESUME = ("trainer.fit(module, ckpt_path=...) from a checkpoint Lightning saved 
           "OnExceptionCheckpoint): it restores hookwrap's callbacks too")
 
 
+@needs_framework('lightning')
 def weave(module: Any = None) -> PresetHandle:
     """Weave your ``LightningModule`` subclass (or the class of ``module``, an instance).
     Returns a handle whose ``remove()`` restores everything."""

@@ -45,6 +45,7 @@ from typing import Any
 
 from .. import callback_state
 from ..extend import check_plain
+from . import needs_framework
 from ._weaving import (PresetHandle, Stage, _set, accumulates, counts_updates, decides_as, patch, resume_callbacks,
                        resume_from_folder, resume_without_state, resumes_itself, routed, running, save_into_folder,
                        scales_loss, stage, stop_while_running, target_class)
@@ -65,6 +66,7 @@ _FLAG = "_hookwrap_stop_requested"  # on a trainer: a callback asked to stop its
 _CHECKS = frozenset({"on_train_step_start", "on_training_run_epoch_end"})
 
 
+@needs_framework('pytorch_accelerated')
 def weave(trainer: Any = None) -> PresetHandle:
     """Weave ``pytorch_accelerated.Trainer`` (or ``trainer``: a subclass, or an instance
     of one, whose class is woven). Returns a handle whose ``remove()`` restores everything."""

@@ -32,7 +32,7 @@ import threading
 from typing import Any
 
 from ..extend import Removable, is_join_point, weave_only
-from ..errors import HookError
+from ..errors import HookError, SettingError, safe_repr
 from .. import WeaveHandle
 
 __all__ = ["OptimizerWeave", "weave_optimizers"]
@@ -108,6 +108,12 @@ def weave_optimizers(event: str = "step") -> OptimizerWeave:
     and as new subclasses are defined, as join point ``event`` (default ``"step"``,
     the event ``StepTimer``, ``NanGuard``'s step count and ``ProgressBar`` use).
     Imports torch.optim. Returns a handle; ``remove()`` undoes all of it."""
+    if not isinstance(event, str) or not event.isidentifier():
+        raise SettingError(
+            f"weave_optimizers(event={safe_repr(event)}): event is the name every optimizer's step takes as a "
+            f"join point ('step'). It weaves every torch.optim optimizer at once, none in particular: call "
+            f"weave_optimizers(), then attach a callback to the optimizer you want (hw.add_callback(optimizer, "
+            f"cb)) or to all (hw.register_global_callback(cb)).")
     import torch.optim
 
     with _lock:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from . import needs_framework
 from ._weaving import (PresetHandle, accumulates, counts_updates, current_run, decides_as, holds_gradients,
                        log_event, patch, resume_from_folder, resumes_itself, routed, save_into_folder, scales_loss,
                        stage, stop_while_running, target_class)
@@ -48,6 +49,7 @@ RESUME = ("trainer.train(resume_from_checkpoint=...) from a checkpoint the Train
           "(TrainingArguments(save_strategy=...)): it restores hookwrap's callbacks too")
 
 
+@needs_framework('transformers', 'accelerate')
 def weave(trainer: Any = None) -> PresetHandle:
     """Weave ``transformers.Trainer`` (or ``trainer``: a subclass, or an instance of one,
     whose class is woven). Returns a handle whose ``remove()`` restores everything."""

@@ -42,6 +42,7 @@ from .metrics_logger import MetricsSink
 from .metrics_logger import TensorBoardWriter
 from .monitors import GradNorm
 from .monitors import LRMonitor
+from .monitors import LayerStats
 from .nan_guard import NanGuard
 from .nan_guard import NonFiniteError
 from .profiler import Profiler
@@ -72,6 +73,7 @@ __all__ = [
     "GradScaler",
     "HostReads",
     "LRMonitor",
+    "LayerStats",
     "LogRecords",
     "MemoryMonitor",
     "MetricsLogger",

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any, Callable, ClassVar, NamedTuple
 
 from .. import Callback
-from ..errors import CallbackSignatureError, HookError, closest
+from ..errors import CallbackSignatureError, HookError, SettingError, closest
 from ..extend import JoinPointInfo, has_join_point, join_points, per_join_point, process_rank, reader
 from ._around import around_advice
 from .steps import UpdateAxis, axis_of, update_axes
@@ -464,7 +464,7 @@ def saved(state: Mapping[str, Any], key: str, kind: Saved, where: str) -> Any:
 def whole_number(value: Any, name: str, where: str) -> int:
     """``value`` when it is an int >= 1 (not a bool), else a HookError naming the setting."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise HookError(f"{where}: {name} must be a whole number >= 1, got {value!r}.")
+        raise SettingError(f"{where}: {name} must be a whole number >= 1, got {value!r}.")
     return value
 
 
@@ -473,7 +473,7 @@ def positive_number(value: Any, name: str, where: str, allow_inf: bool = False, 
     ``allow_inf``), else a HookError naming the setting (``why``: what it is)."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
     if not ok or math.isnan(value) or (not allow_inf and math.isinf(value)):
-        raise HookError(f"{where}: {name} must be a number > 0{'' if allow_inf else ' and finite'}"
+        raise SettingError(f"{where}: {name} must be a number > 0{'' if allow_inf else ' and finite'}"
                         f"{f' ({why})' if why else ''}, got {value!r}.")
     return float(value)
 
@@ -485,7 +485,7 @@ def event_names(events: Any, where: str) -> tuple[str, ...]:
         events = (events,)
     if not isinstance(events, (tuple, list)) or not events \
             or not all(isinstance(e, str) and e for e in events):
-        raise HookError(f"{where}: events must be a join point name or a non-empty tuple of them, "
+        raise SettingError(f"{where}: events must be a join point name or a non-empty tuple of them, "
                         f"got {events!r}.")
     return tuple(events)
 
@@ -508,7 +508,7 @@ def checked_device_type(value: Any, supported: Callable[[str], bool], where: str
     import torch
 
     if not isinstance(value, str) or not supported(value):
-        raise HookError(f"{where}: {setting} must be a device type {what}, got {value!r}.")
+        raise SettingError(f"{where}: {setting} must be a device type {what}, got {value!r}.")
     if value == "cuda" and not torch.cuda.is_available():
         raise HookError(f"{where}: {setting}='cuda', but CUDA is not available here ({without_cuda}).")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from ..errors import HookError
+from ..errors import SettingError
 from ..extend import reader
 from ._attach import COUNT, NUMBER_OR_NONE, CountingCallback, Source, saved, to_float
 from .distributed import all_ranks_mean
@@ -20,9 +20,9 @@ class Best:
 
     def __init__(self, mode: str, min_delta: float, where: str) -> None:
         if mode not in ("min", "max"):
-            raise HookError(f"{where}: mode must be 'min' or 'max', got {mode!r}.")
+            raise SettingError(f"{where}: mode must be 'min' or 'max', got {mode!r}.")
         if not min_delta >= 0:
-            raise HookError(f"{where}: min_delta must be >= 0, got {min_delta!r}.")
+            raise SettingError(f"{where}: min_delta must be >= 0, got {min_delta!r}.")
         self.mode = mode
         self.min_delta = min_delta
         self.where = where

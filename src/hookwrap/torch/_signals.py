@@ -14,7 +14,7 @@ import signal
 import threading
 from typing import Any, Callable
 
-from ..errors import HookError
+from ..errors import HookError, SettingError
 from ..extend import signal_course
 
 __all__ = ["Caught", "signal_numbers"]
@@ -28,7 +28,7 @@ def signal_numbers(signals: Any, where: str) -> tuple[int, ...]:
     try:
         given = list(signals)
     except TypeError:
-        raise HookError(f"{where}: on_signal must be a signal or a tuple of them "
+        raise SettingError(f"{where}: on_signal must be a signal or a tuple of them "
                         f"(signal.SIGTERM, 'SIGUSR1'), got {signals!r}.") from None
     numbers: list[int] = []
     valid = signal.valid_signals()

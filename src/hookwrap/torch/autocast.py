@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..errors import HookError
+from ..errors import SettingError
 from ..extend import JoinPointInfo, reader
 from ._attach import On, ShippedCallback, checked_device_type, event_names
 
@@ -35,10 +35,10 @@ class Autocast(ShippedCallback):
                                 "torch.autocast supports ('cpu', 'cuda', ...) or None for the model's",
                                 "torch.autocast would silently do nothing")
         if dtype is not None and dtype not in (torch.float16, torch.bfloat16):
-            raise HookError(f"Autocast: dtype must be torch.float16, torch.bfloat16 or None for the "
+            raise SettingError(f"Autocast: dtype must be torch.float16, torch.bfloat16 or None for the "
                             f"device's default, got {dtype!r}.")
         if model is None or (isinstance(model, str) and not model):
-            raise HookError(f"Autocast: model must be an argument or attribute name, or the module itself, "
+            raise SettingError(f"Autocast: model must be an argument or attribute name, or the module itself, "
                             f"got {model!r}.")
         self.events: tuple[str, ...] = events
         self.device_type, self.dtype, self.model = device_type, dtype, model

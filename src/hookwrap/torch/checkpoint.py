@@ -15,7 +15,7 @@ import types
 import warnings
 from typing import Any, Callable, Literal, overload
 
-from ..errors import HookError, HookwrapWarning, add_note_once
+from ..errors import HookError, HookwrapWarning, SettingError, add_note_once
 from .. import callback_state, load_callback_state
 from ..extend import JoinPointInfo, anchored, is_join_point, per_join_point, reader, runs_last, stateful_callbacks
 from ._attach import (COUNT, NUMBER_OR_NONE, CountingCallback, DefaultEvent, Saved, framework_resume, from_object,
@@ -270,9 +270,9 @@ class Checkpoint(MonitoredCallback):
                  every_n_minutes: float | None = None) -> None:
         where = f"Checkpoint({str(dir)!r})"
         if not isinstance(dir, (str, os.PathLike)) or not str(dir):
-            raise HookError(f"{where}: dir must be a folder path, got {dir!r}.")
+            raise SettingError(f"{where}: dir must be a folder path, got {dir!r}.")
         if monitor is not None and not (isinstance(monitor, str) and monitor):
-            raise HookError(f"{where}: monitor must be the name of a value, or None, got {monitor!r}.")
+            raise SettingError(f"{where}: monitor must be the name of a value, or None, got {monitor!r}.")
         self.dir = storage_path(dir, where)
         self.io = CheckpointIO()  # the files: written, read, found and removed through it
         self.save_top_k = whole_number(save_top_k, "save_top_k", where)
@@ -282,28 +282,28 @@ class Checkpoint(MonitoredCallback):
             positive_number(every_n_minutes, "every_n_minutes", where, why="the wall-clock time between saves")
         self._timed_from: float | None = None  # when the time to the next timed save started
         if not isinstance(save_last, bool):
-            raise HookError(f"{where}: save_last must be True or False, got {save_last!r}.")
+            raise SettingError(f"{where}: save_last must be True or False, got {save_last!r}.")
         if not isinstance(on_exception, bool):
-            raise HookError(f"{where}: on_exception must be True or False, got {on_exception!r}.")
+            raise SettingError(f"{where}: on_exception must be True or False, got {on_exception!r}.")
         self.on_exception = on_exception
         if sharded is not None and not isinstance(sharded, bool):
-            raise HookError(f"{where}: sharded must be True, False or None (sharded when the model is "
+            raise SettingError(f"{where}: sharded must be True, False or None (sharded when the model is "
                             f"FSDP-wrapped), got {sharded!r}.")
         self.sharded = sharded
         self.on_signal = None if on_signal is None else signal_numbers(on_signal, where)
         self._caught = None if self.on_signal is None else Caught(self.on_signal, where)
         if resume_from is not None and not isinstance(resume_from, (str, os.PathLike)):
-            raise HookError(f"{where}: resume_from must be 'last', 'best' or a file path, got {resume_from!r}.")
+            raise SettingError(f"{where}: resume_from must be 'last', 'best' or a file path, got {resume_from!r}.")
         if monitor is None and save_top_k != 1:
-            raise HookError(f"{where}: save_top_k={save_top_k} keeps the best files by a monitored value: "
+            raise SettingError(f"{where}: save_top_k={save_top_k} keeps the best files by a monitored value: "
                             f"pass monitor= too.")
         try:
             self.generators = list(generators)
         except TypeError:
-            raise HookError(f"{where}: generators must be a list of torch.Generator, got {generators!r}.") from None
+            raise SettingError(f"{where}: generators must be a list of torch.Generator, got {generators!r}.") from None
         for generator in self.generators:
             if not (callable(getattr(generator, "get_state", None)) and callable(getattr(generator, "set_state", None))):
-                raise HookError(f"{where}: generators must be a list of torch.Generator (a DataLoader's "
+                raise SettingError(f"{where}: generators must be a list of torch.Generator (a DataLoader's "
                                 f"generator=), got {generator!r} in it.")
         self.save_last = save_last
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler

@@ -6,7 +6,7 @@ import logging
 import math
 from typing import Any, Callable
 
-from ..errors import HookError, StopTraining
+from ..errors import SettingError, StopTraining
 from ._attach import COUNT, DefaultEvent, framework_reading, saved, whole_number
 from ._best import MonitoredCallback
 
@@ -55,16 +55,16 @@ class EarlyStopping(MonitoredCallback):
                                ("divergence_threshold", divergence_threshold)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                       or not math.isfinite(value)):
-                raise HookError(f"EarlyStopping: {setting} must be a finite number or None, got {value!r}.")
+                raise SettingError(f"EarlyStopping: {setting} must be a finite number or None, got {value!r}.")
         crossed = stopping_threshold is not None and divergence_threshold is not None and (
             stopping_threshold >= divergence_threshold if mode == "min" else stopping_threshold <= divergence_threshold)
         if crossed:
-            raise HookError(f"EarlyStopping: stopping_threshold={stopping_threshold} (good enough) must be "
+            raise SettingError(f"EarlyStopping: stopping_threshold={stopping_threshold} (good enough) must be "
                             f"{'below' if mode == 'min' else 'above'} divergence_threshold={divergence_threshold} "
                             f"(hopeless) with mode={mode!r}.")
         self.stopping_threshold, self.divergence_threshold = stopping_threshold, divergence_threshold
         if small_gains_set_best is not None and not isinstance(small_gains_set_best, bool):
-            raise HookError(f"EarlyStopping: small_gains_set_best must be True, False, or None (as the framework "
+            raise SettingError(f"EarlyStopping: small_gains_set_best must be True, False, or None (as the framework "
                             f"attached to decides), got {small_gains_set_best!r}.")
         self._small_gains_setting = small_gains_set_best
         self.small_gains_set_best = bool(small_gains_set_best)  # resolved when attached

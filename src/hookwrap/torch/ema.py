@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable, Iterator
 
-from ..errors import HookError
+from ..errors import HookError, SettingError
 from ._attach import COUNT, On, Saved, ShippedCallback, saved
 
 # The average as saved: None before the first update, else a list of tensors.
@@ -44,14 +44,14 @@ class EMA(ShippedCallback):
     def __init__(self, decay: float = 0.999, event: str = "optimizer_step",
                  eval_event: str | None = "evaluate", model: Any = "model") -> None:
         if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0.0 < decay < 1.0:
-            raise HookError(f"EMA: decay must be a number strictly between 0 and 1 (0.999 averages over "
+            raise SettingError(f"EMA: decay must be a number strictly between 0 and 1 (0.999 averages over "
                             f"about 1000 steps), got {decay!r}.")
         for name, value, optional in (("event", event, False), ("eval_event", eval_event, True)):
             if not (isinstance(value, str) and value) and not (optional and value is None):
-                raise HookError(f"EMA: {name} must be the name of a join point"
+                raise SettingError(f"EMA: {name} must be the name of a join point"
                                 f"{' or None' if optional else ''}, got {value!r}.")
         if model is None or (isinstance(model, str) and not model):
-            raise HookError(f"EMA: model must be an argument or attribute name, or the module itself, "
+            raise SettingError(f"EMA: model must be an argument or attribute name, or the module itself, "
                             f"got {model!r}.")
         self.decay = float(decay)
         self.event, self.eval_event, self.model = event, eval_event, model
@@ -159,7 +159,7 @@ def _tensors(model: Any) -> tuple[list[Any], list[Any], list[Any]]:
     """The floating-point parameters (averaged), the other parameters and the
     buffers (copied), each in the module's order."""
     if not callable(getattr(model, "parameters", None)) or not callable(getattr(model, "buffers", None)):
-        raise HookError(f"EMA: the model must be a torch.nn.Module, got {type(model).__name__}.")
+        raise SettingError(f"EMA: the model must be a torch.nn.Module, got {type(model).__name__}.")
     averaged: list[Any] = []
     copied: list[Any] = []
     for p in model.parameters():

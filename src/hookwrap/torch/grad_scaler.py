@@ -8,7 +8,7 @@ import weakref
 from collections.abc import Mapping
 from typing import Any, Callable, Iterator
 
-from ..errors import CallbackSignatureError, HookError
+from ..errors import CallbackSignatureError, HookError, SettingError
 from ..extend import JoinPointInfo
 from ._attach import COUNT, On, ShippedCallback, checked_device_type, framework_step, from_object, saved
 
@@ -130,11 +130,11 @@ class GradScaler(ShippedCallback):
 
         for name, value in (("event", event), ("backward_event", backward_event)):
             if not (isinstance(value, str) and value) and not (name == "backward_event" and value is None):
-                raise HookError(f"GradScaler: {name} must be a join point name"
+                raise SettingError(f"GradScaler: {name} must be a join point name"
                                 f"{' or None (the loop scales the loss itself)' if name == 'backward_event' else ''}"
                                 f", got {value!r}.")
         if optimizer is None or (isinstance(optimizer, str) and not optimizer):
-            raise HookError(f"GradScaler: optimizer must be the name of the attribute holding the optimizer "
+            raise SettingError(f"GradScaler: optimizer must be the name of the attribute holding the optimizer "
                             f"('optimizer'), or the optimizer itself, got {optimizer!r}.")
         if scaler is None:
             checked_device_type(device, _scaler_device, "GradScaler", "device",
@@ -147,7 +147,7 @@ class GradScaler(ShippedCallback):
             except (TypeError, ValueError, AssertionError) as exc:
                 raise HookError(f"GradScaler: torch.amp.GradScaler refused the settings: {exc}") from None
         elif not isinstance(scaler, torch.amp.GradScaler):
-            raise HookError(f"GradScaler: scaler must be a torch.amp.GradScaler, got {scaler!r}.")
+            raise SettingError(f"GradScaler: scaler must be a torch.amp.GradScaler, got {scaler!r}.")
         if not scaler.is_enabled():
             raise HookError("GradScaler: the torch.amp.GradScaler given is disabled (enabled=False, or made "
                             "for CUDA where there is none), so it would scale nothing. Pass an enabled one.")

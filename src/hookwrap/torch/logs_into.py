@@ -9,7 +9,7 @@ import logging
 import weakref
 from typing import Any
 
-from ..errors import HookError
+from ..errors import HookError, SettingError
 from ..extend import Defers, Ending
 from .metrics_logger import LogRecords, MetricsLogger
 
@@ -43,7 +43,7 @@ def checked_logger(logger: Any, where: str) -> Any:
         return wrapper
     what = (f"the class {logger.__qualname__}, not an instance" if isinstance(logger, type)
             else f"{logger!r} ({type(logger).__name__}), which has no log_metrics method")
-    raise HookError(f"{where}: logger must be a hookwrap.torch.MetricsLogger, an object with "
+    raise SettingError(f"{where}: logger must be a hookwrap.torch.MetricsLogger, an object with "
                     f"log_metrics(metrics: dict[str, float], step: int), such as Lightning's loggers or the "
                     f"mlflow module, or a logging.Logger; got {what}.")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..errors import CallbackSignatureError, HookError
+from ..errors import CallbackSignatureError, HookError, SettingError
 from ..extend import JoinPointInfo
 from ._attach import (COUNT, On, ShippedCallback, framework_grad_norm, framework_step,
                       from_object, positive_number, saved)
@@ -40,7 +40,7 @@ class GradClip(ShippedCallback):
         self.max_norm = positive_number(max_norm, "max_norm", "GradClip")
         self.norm_type = positive_number(norm_type, "norm_type", "GradClip", allow_inf=True)
         if not isinstance(event, str) or not event:
-            raise HookError(f"GradClip: event must be a join point name such as 'backward', got {event!r}.")
+            raise SettingError(f"GradClip: event must be a join point name such as 'backward', got {event!r}.")
         self.event, self.model = event, model
 
     listens = (On("post", "event", "clip", value="model", always=True),)
@@ -112,17 +112,17 @@ class GradAccumulation(ShippedCallback):
     def __init__(self, steps: int, event: str = "optimizer_step", loss_event: str = "loss", *,
                  clip_grad_norm: float | None = None, norm_type: float = 2.0, model: Any = "model") -> None:
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-            raise HookError(f"GradAccumulation: steps must be a whole number >= 1 (the calls of the "
+            raise SettingError(f"GradAccumulation: steps must be a whole number >= 1 (the calls of the "
                             f"optimizer step accumulated into one), got {steps!r}.")
         for name, value in (("event", event), ("loss_event", loss_event)):
             if not isinstance(value, str) or not value:
-                raise HookError(f"GradAccumulation: {name} must be a join point name, got {value!r}.")
+                raise SettingError(f"GradAccumulation: {name} must be a join point name, got {value!r}.")
         self.steps, self.event, self.loss_event = steps, event, loss_event
         self.clip_grad_norm = None if clip_grad_norm is None else \
             positive_number(clip_grad_norm, "clip_grad_norm", "GradAccumulation")
         self.norm_type = positive_number(norm_type, "norm_type", "GradAccumulation", allow_inf=True)
         if not isinstance(model, str) and not callable(getattr(model, "parameters", None)):
-            raise HookError(f"GradAccumulation: model must be the name of the attribute holding the model "
+            raise SettingError(f"GradAccumulation: model must be the name of the attribute holding the model "
                             f"('model') or the module itself, got {model!r}.")
         self.model = model
         self.calls = 0  # calls of `event` seen

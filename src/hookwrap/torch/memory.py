@@ -6,7 +6,7 @@ import os
 import sys
 from typing import Any
 
-from ..errors import HookError
+from ..errors import HookError, SettingError
 from ._attach import CountingCallback, On, whole_number
 from .logs_into import LogsInto, checked_logger
 
@@ -42,7 +42,7 @@ class MemoryMonitor(LogsInto, CountingCallback):
         where = "MemoryMonitor"
         self.every = whole_number(every, "every", where)
         if not isinstance(reset_peak, bool):
-            raise HookError(f"{where}: reset_peak must be True or False, got {reset_peak!r}.")
+            raise SettingError(f"{where}: reset_peak must be True or False, got {reset_peak!r}.")
         logger = checked_logger(logger, where)
         if device is None:
             resolved = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
@@ -50,7 +50,7 @@ class MemoryMonitor(LogsInto, CountingCallback):
             try:
                 resolved = torch.device(device)
             except (RuntimeError, TypeError):
-                raise HookError(f"{where}: device must be a torch.device or a name like 'cuda' or 'cpu', "
+                raise SettingError(f"{where}: device must be a torch.device or a name like 'cuda' or 'cpu', "
                                 f"got {device!r}.") from None
         if resolved.type == "cuda" and not torch.cuda.is_available():
             raise HookError(f"{where}(device={device!r}): CUDA is not available here; pass device='cpu' "

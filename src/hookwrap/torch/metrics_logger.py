@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, NoReturn, Protocol
 
-from ..errors import HookError, HookwrapWarning
+from ..errors import HookError, HookwrapWarning, SettingError
 from ..extend import Defers, Ending, has_join_point, track_deferring
 from ._attach import DefaultEvent, CountingCallback, On, is_rank_zero, positive_number, to_float, whole_number
 from .checkpoint_io import local_path
@@ -299,6 +299,9 @@ class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
                  step_event: str | None = DefaultEvent("step"), flush_secs: float | None = 10.0,
                  log_event: str | None = DefaultEvent("log")) -> None:
         super().__init__(step_event)
+        if path is not None and not hasattr(path, "log_metrics") and not isinstance(path, (str, os.PathLike)):
+            raise SettingError(f"MetricsLogger: path must be the CSV file's path (a str or os.PathLike), or None, "
+                               f"got {path!r}.")
         if path is not None and hasattr(path, "log_metrics"):
             raise HookError(f"MetricsLogger: path is hookwrap's own CSV file, and {_name(path)} is a "
                             f"logger: pass it as loggers=[...].")
@@ -724,7 +727,7 @@ def _check_loggers(loggers: Any) -> list[Any]:
     if hasattr(loggers, "log_metrics") or isinstance(loggers, logging.Logger):  # one logger, not in a list
         loggers = [loggers]
     elif isinstance(loggers, (str, bytes, os.PathLike)) or not isinstance(loggers, Iterable):
-        raise HookError(f"MetricsLogger: loggers must be a list of loggers (objects with "
+        raise SettingError(f"MetricsLogger: loggers must be a list of loggers (objects with "
                         f"log_metrics(metrics, step)), got {_name(loggers)} {loggers!r}.")
     checked = [LogRecords(logger) if isinstance(logger, logging.Logger) else logger for logger in loggers]
     for i, logger in enumerate(checked):

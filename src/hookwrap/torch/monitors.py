@@ -9,14 +9,14 @@ from typing import Any, Callable
 
 import torch
 
-from ..errors import HookError, HookwrapWarning
+from ..errors import HookError, HookwrapWarning, SettingError
 from ..extend import reader
 from ._attach import CountingCallback, DefaultEvent, On, framework_grad_norm, whole_number
 from .logs_into import LogsInto, checked_logger, logged_name
 from .grad_scaler import scale_of_gradients
 from .readback import QueuesReadBacks, shared
 
-__all__ = ["GradNorm", "LRMonitor"]
+__all__ = ["GradNorm", "LRMonitor", "LayerStats"]
 
 
 class GradNorm(LogsInto, QueuesReadBacks, CountingCallback):
@@ -44,6 +44,10 @@ class GradNorm(LogsInto, QueuesReadBacks, CountingCallback):
                  step_event: str | None = DefaultEvent("step"), name: str = "grad_norm") -> None:
         super().__init__(step_event)
         whole_number(every, "every", "GradNorm")
+        if isinstance(norm_type, bool) or not isinstance(norm_type, (int, float)) or not (
+                norm_type > 0 or norm_type == float("-inf")) or norm_type != norm_type:
+            raise SettingError(f"GradNorm: norm_type must be a number > 0, inf or -inf (the p of the p-norm), got "
+                               f"{norm_type!r}.")
         self.model, self.norm_type, self.every, self.event = model, norm_type, every, event
         self.name = logged_name(name, "GradNorm")
         self.logger = checked_logger(logger, "GradNorm")
@@ -215,3 +219,60 @@ class LRMonitor(LogsInto, CountingCallback):
     @property
     def last(self) -> list[float] | None:
         return self.history[-1][1] if self.history else None
+
+
+class LayerStats(GradNorm):
+    """Per-layer statistics, every ``every`` calls of ``event`` (default
+    ``"backward"``; on a framework's preset, once per update after its last
+    backward, as ``GradNorm``): the ``norm_type`` norm of each parameter's gradient,
+    logged as ``<name>/<parameter>`` (``grad_norm/layer.weight``, the values of
+    Lightning's ``grad_norm`` utility), and with ``weights`` the norm of each
+    parameter, ``weight_norm/<parameter>``, into ``logger`` (a MetricsLogger; under
+    ``hookwrap run`` the run's). Computed on the device and queued with the other
+    shipped callbacks' values: one read-back per logging interval, not one per
+    layer. Gradients a ``GradScaler`` holds scaled are reported unscaled."""
+
+    def __init__(self, model: Any = "model", every: int = 50, event: str = "backward", logger: Any = None,
+                 weights: bool = True, norm_type: float = 2.0, step_event: str | None = DefaultEvent("step"),
+                 name: str = "grad_norm") -> None:
+        super().__init__(model, norm_type, every, event, logger, step_event, name)
+        self.name += "/"  # a prefix: its rows are <name>/<parameter>, apart from GradNorm's <name>
+        if not isinstance(weights, bool):
+            raise SettingError(f"LayerStats: weights must be True or False, got {weights!r}.")
+        self.weights = weights
+
+    def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
+        if self.logger is None:
+            raise SettingError("LayerStats: it logs one value per layer, which only a MetricsLogger can hold: "
+                               "pass logger=MetricsLogger(...) (under hookwrap run, the run's is used).")
+        return super().attach(target)
+
+    def _norm(self, obj: Any, model: Any) -> Any:
+        if framework_grad_norm(obj) is not None:
+            raise HookError("LayerStats: the framework holds the gradients (DeepSpeed ZeRO partitions them, "
+                            "p.grad is empty), so there is no gradient per layer to measure. Use GradNorm "
+                            "for the norm DeepSpeed computes.")
+        named = [(name, p) for name, p in model.named_parameters() if p.grad is not None]
+        if not named:
+            return None
+        norms = [torch.linalg.vector_norm(p.grad.detach(), self.norm_type) for _, p in named]
+        scale = scale_of_gradients(obj)
+        if scale is not None:  # a GradScaler's gradients, not unscaled yet: the true norms, on the device
+            norms = [norm / scale.to(norm.device) for norm in norms]
+        stats = {f"{self.name}{name}": norm for (name, _), norm in zip(named, norms)}
+        if self.weights:
+            stats.update((f"weight_norm/{name}", torch.linalg.vector_norm(p.detach(), self.norm_type))
+                         for name, p in model.named_parameters())
+        return stats
+
+    def _put(self, stats: Any) -> None:
+        if stats is None:
+            return
+        step = self.row_step()
+        for name, value in stats.items():  # each queued, read back together with the rest
+            self.logger.log(name, value, step)
+
+    @property
+    def history(self) -> list[tuple[int, float]]:
+        raise AttributeError("LayerStats keeps no history: its values are in its logger's rows "
+                             "(grad_norm/<parameter>, weight_norm/<parameter>).")

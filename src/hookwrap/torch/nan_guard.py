@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from ..errors import CallbackSignatureError
 from ..extend import Ending, JoinPointInfo, per_join_point, reader
-from ._attach import CountingCallback, DefaultEvent, On, whole_number
+from ._attach import CountingCallback, DefaultEvent, On, event_names, whole_number
 from .distributed import is_distributed, per_rank, ranks_where
 from .readback import DecidesAtReadBacks, shared
 
@@ -101,7 +101,7 @@ class NanGuard(DecidesAtReadBacks, CountingCallback):
                  epoch_event: str | None = DefaultEvent("epoch"),
                  fit_event: str | None = DefaultEvent("fit")) -> None:
         super().__init__(step_event)
-        self.events = (events,) if isinstance(events, str) else tuple(events)
+        self.events = event_names(events, "NanGuard")
         self.argument = argument
         self.sync = bool(sync)
         self.check_every = whole_number(check_every, "check_every", "NanGuard")

@@ -7,7 +7,7 @@ import contextlib
 import os
 from typing import Any, Callable
 
-from ..errors import HookError
+from ..errors import SettingError
 from ..extend import anchored, join_points, process_rank
 from ._around import around_advice
 from ._attach import DefaultEvent, On, ShippedCallback, event_names, whole_number
@@ -48,14 +48,14 @@ class Profiler(ShippedCallback):
 
         events = event_names(events, "Profiler")
         if not isinstance(dir, (str, os.PathLike)) or not os.fspath(dir):
-            raise HookError(f"Profiler: dir must be a folder path, got {dir!r}.")
+            raise SettingError(f"Profiler: dir must be a folder path, got {dir!r}.")
         if not isinstance(step_event, str) or not step_event:
-            raise HookError(f"Profiler: step_event must be a join point name, got {step_event!r}.")
+            raise SettingError(f"Profiler: step_event must be a join point name, got {step_event!r}.")
         for name, value in (("wait", wait), ("warmup", warmup)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise HookError(f"Profiler: {name} must be a whole number >= 0, got {value!r}.")
+                raise SettingError(f"Profiler: {name} must be a whole number >= 0, got {value!r}.")
         if trace_format not in TRACE_FORMATS:
-            raise HookError(f"Profiler: trace_format must be one of {', '.join(map(repr, TRACE_FORMATS))}, "
+            raise SettingError(f"Profiler: trace_format must be one of {', '.join(map(repr, TRACE_FORMATS))}, "
                             f"got {trace_format!r}.")
         self.trace_format = trace_format
         self.events: tuple[str, ...] = events

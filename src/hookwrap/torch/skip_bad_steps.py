@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..errors import CallbackSignatureError, HookError, StopTraining
+from ..errors import CallbackSignatureError, HookError, SettingError, StopTraining
 from ..extend import JoinPointInfo, reader
 from ._attach import CountingCallback, DefaultEvent, On, from_object, whole_number
 from .grad_scaler import scale_of_gradients
@@ -62,28 +62,28 @@ class SkipBadSteps(LogsInto, CountingCallback):
         super().__init__(step_event)
         where = "SkipBadSteps"
         if not isinstance(event, str) or not event:
-            raise HookError(f"{where}: event must be the join point of the optimizer step, such as "
+            raise SettingError(f"{where}: event must be the join point of the optimizer step, such as "
                             f"'optimizer_step', got {event!r}.")
         if loss_event is not None and (not isinstance(loss_event, str) or not loss_event):
-            raise HookError(f"{where}: loss_event must be a join point name such as 'loss', or None (gradients "
+            raise SettingError(f"{where}: loss_event must be a join point name such as 'loss', or None (gradients "
                             f"only), got {loss_event!r}.")
         if not isinstance(check_grad_norm, bool):
-            raise HookError(f"{where}: check_grad_norm must be True or False, got {check_grad_norm!r}.")
+            raise SettingError(f"{where}: check_grad_norm must be True or False, got {check_grad_norm!r}.")
         if loss_event is None and not check_grad_norm:
             raise HookError(f"{where}: with loss_event=None and check_grad_norm=False nothing is checked. Name "
                             f"the loss's join point (loss_event='loss') or check the gradients.")
         for setting, value in (("spike_rtol", spike_rtol), ("spike_atol", spike_atol)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                       or not math.isfinite(value) or value < 0):
-                raise HookError(f"{where}: {setting} must be a finite number >= 0, or None (no such test), "
+                raise SettingError(f"{where}: {setting} must be a finite number >= 0, or None (no such test), "
                                 f"got {value!r}.")
         if (spike_rtol is not None or spike_atol is not None) and loss_event is None:
             raise HookError(f"{where}: a spike is a loss against the mean of the last ones, and loss_event=None "
                             f"reads no loss. Name the loss's join point (loss_event='loss').")
         if mode not in ("min", "max"):
-            raise HookError(f"{where}: mode must be 'min' (a lower loss is better) or 'max', got {mode!r}.")
+            raise SettingError(f"{where}: mode must be 'min' (a lower loss is better) or 'max', got {mode!r}.")
         if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-            raise HookError(f"{where}: warmup must be a whole number >= 0, got {warmup!r}.")
+            raise SettingError(f"{where}: warmup must be a whole number >= 0, got {warmup!r}.")
         self.event, self.loss_event, self.argument = event, loss_event, argument
         self.optimizer, self.check_grad_norm = optimizer, check_grad_norm
         self.spike_rtol, self.spike_atol, self.mode, self.warmup = spike_rtol, spike_atol, mode, warmup
@@ -123,14 +123,14 @@ class SkipBadSteps(LogsInto, CountingCallback):
         """A loss of this step, kept as given until the update is judged."""
         if hasattr(loss, "detach"):
             if loss.numel() != 1:
-                raise HookError(f"{self.where}: the loss must be one number, got a tensor of shape "
+                raise SettingError(f"{self.where}: the loss must be one number, got a tensor of shape "
                                 f"{tuple(loss.shape)} at step {self.step}. Check the join point returning the "
                                 f"reduced loss.")
             self._losses.append(loss.detach())
         elif isinstance(loss, (int, float)) and not isinstance(loss, bool):
             self._losses.append(float(loss))
         else:
-            raise HookError(f"{self.where}: the loss must be a tensor of one element or a number, got "
+            raise SettingError(f"{self.where}: the loss must be a tensor of one element or a number, got "
                             f"{type(loss).__name__} at step {self.step}.")
 
     # --- the update: judged, then run or skipped -----------------------------------------

@@ -11,7 +11,7 @@ import sys
 from collections import deque
 from typing import Any, Callable
 
-from ..errors import CallbackSignatureError, HookError, StopTraining
+from ..errors import CallbackSignatureError, SettingError, StopTraining
 from ..extend import Ending, JoinPointInfo, per_join_point, reader
 from ._attach import COUNT, CountingCallback, DefaultEvent, On, is_rank_zero, saved, whole_number
 from .distributed import is_distributed, ranks_where
@@ -91,23 +91,23 @@ class SpikeDetection(DecidesAtReadBacks, CountingCallback):
         super().__init__(step_event)
         where = "SpikeDetection"
         if mode not in ("min", "max"):
-            raise HookError(f"{where}: mode must be 'min' or 'max', got {mode!r}.")
+            raise SettingError(f"{where}: mode must be 'min' or 'max', got {mode!r}.")
         self.window = whole_number(window, "window", where)
         if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-            raise HookError(f"{where}: warmup must be a whole number >= 0 (losses never counted as spikes), "
+            raise SettingError(f"{where}: warmup must be a whole number >= 0 (losses never counted as spikes), "
                             f"got {warmup!r}.")
         for name, value in (("atol", atol), ("rtol", rtol)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                       or not math.isfinite(value)):
-                raise HookError(f"{where}: {name} must be a finite number or None (no such test), got {value!r}.")
+                raise SettingError(f"{where}: {name} must be a finite number or None (no such test), got {value!r}.")
         if not isinstance(finite_only, bool):
-            raise HookError(f"{where}: finite_only must be True or False, got {finite_only!r}.")
+            raise SettingError(f"{where}: finite_only must be True or False, got {finite_only!r}.")
         if action not in ACTIONS:
-            raise HookError(f"{where}: action must be one of {', '.join(map(repr, ACTIONS))}, got {action!r}.")
+            raise SettingError(f"{where}: action must be one of {', '.join(map(repr, ACTIONS))}, got {action!r}.")
         if not isinstance(event, str) or not event:
-            raise HookError(f"{where}: event must be a join point name such as 'loss', got {event!r}.")
+            raise SettingError(f"{where}: event must be a join point name such as 'loss', got {event!r}.")
         if exclude_batches_path is not None and not isinstance(exclude_batches_path, (str, os.PathLike)):
-            raise HookError(f"{where}: exclude_batches_path must be a path or None, got {exclude_batches_path!r}.")
+            raise SettingError(f"{where}: exclude_batches_path must be a path or None, got {exclude_batches_path!r}.")
         self.mode, self.warmup, self.atol, self.rtol = mode, warmup, atol, rtol
         self.finite_only, self.action = finite_only, action
         self.exclude_batches_path = exclude_batches_path
@@ -164,11 +164,11 @@ class SpikeDetection(DecidesAtReadBacks, CountingCallback):
         step = self.step if self._steps_counted else number
         tensor = hasattr(value, "detach")
         if tensor and value.numel() != 1:
-            raise HookError(f"{self.where}: the loss must be one number, got a tensor of shape "
+            raise SettingError(f"{self.where}: the loss must be one number, got a tensor of shape "
                             f"{tuple(value.shape)} at step {step}. Watch the join point returning the "
                             f"reduced loss.")
         if not tensor and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise HookError(f"{self.where}: the loss must be a tensor of one element or a number, got "
+            raise SettingError(f"{self.where}: the loss must be a tensor of one element or a number, got "
                             f"{type(value).__name__} at step {step}.")
         self._queued = number
         if tensor:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple
 
-from ..errors import HookError
+from ..errors import HookError, SettingError
 from ..extend import has_join_point, join_points
 
 __all__ = ["STEP_AXIS", "UpdateAxis", "axis_of", "counts_updates", "update_axes", "update_axis"]
@@ -97,7 +97,7 @@ def counts_updates(cls: type, update: str = "optimizer_step", opens: tuple[str, 
         join_points(cls, event, where=where)  # a misspelled event fails here, with the closest names
     updates = join_points(cls, update, where=where)
     if counter is not None and not callable(counter):
-        raise HookError(f"{where}: counter must be a function of the loop object returning its update "
+        raise SettingError(f"{where}: counter must be a function of the loop object returning its update "
                         f"count, got {counter!r}.")
     axis = (update, opens, counter, f"calls of {update!r}")
     setattr(cls, STEP_AXIS, axis)

@@ -9,7 +9,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Callable
 
-from ..errors import CallbackSignatureError, HookError
+from ..errors import CallbackSignatureError, HookError, SettingError
 from ..extend import Defers, Ending, JoinPointInfo, reader
 from ._attach import CountingCallback, DefaultEvent, On, positive_number, whole_number
 from .logs_into import checked_logger, settle_logger
@@ -74,25 +74,25 @@ class Throughput(Defers, QueuesReadBacks, CountingCallback):
         where = "Throughput"
         self.every = whole_number(every, "every", where)
         if batch is not None and (not isinstance(batch, str) or not batch.isidentifier()):
-            raise HookError(f"{where}: batch must be the name of the step join point's argument that "
+            raise SettingError(f"{where}: batch must be the name of the step join point's argument that "
                             f"carries the batch (default 'batch'), or None; got {batch!r}.")
         if isinstance(samples, bool) or not (samples is None or callable(samples)
                                              or (isinstance(samples, int) and samples >= 1)):
-            raise HookError(f"{where}: samples must be a function of the batch returning its number of "
+            raise SettingError(f"{where}: samples must be a function of the batch returning its number of "
                             f"samples, or a whole number >= 1 (the samples of every step); got {samples!r}.")
         if batch is None and not isinstance(samples, int):
             raise HookError(f"{where}: with batch=None there is no batch to pass to samples=; pass "
                             f"samples= a whole number (the samples of every step) or batch= the argument name.")
         if tokens is not None and not callable(tokens) and not (isinstance(tokens, str) and tokens):
-            raise HookError(f"{where}: tokens must be a function of the batch returning its number of "
+            raise SettingError(f"{where}: tokens must be a function of the batch returning its number of "
                             f"tokens, or the key of a mapping batch whose numel() counts them; got {tokens!r}.")
         if tokens is not None and batch is None:
             raise HookError(f"{where}: tokens= needs a batch to count them from; pass batch= the name of "
                             f"the step join point's argument that carries it.")
         if not isinstance(sync, bool):
-            raise HookError(f"{where}: sync must be True or False, got {sync!r}.")
+            raise SettingError(f"{where}: sync must be True or False, got {sync!r}.")
         if not callable(clock):
-            raise HookError(f"{where}: clock must be a function returning seconds (time.perf_counter), "
+            raise SettingError(f"{where}: clock must be a function returning seconds (time.perf_counter), "
                             f"got {clock!r}.")
         logger = checked_logger(logger, where)
         self.batch, self.samples, self.tokens, self.sync = batch, samples, tokens, sync
@@ -345,7 +345,7 @@ def _device(device: Any, where: str) -> Any:
     try:
         resolved = torch.device(device)
     except (RuntimeError, TypeError):
-        raise HookError(f"{where}: device must be a torch.device or a name like 'cuda' or 'cpu', "
+        raise SettingError(f"{where}: device must be a torch.device or a name like 'cuda' or 'cpu', "
                         f"got {device!r}.") from None
     if resolved.type == "cuda":
         if not torch.cuda.is_available():
@@ -454,7 +454,7 @@ def measure_flops(model: Any, *inputs: Any, backward: bool = True,
     from torch.utils.flop_counter import FlopCounterMode
 
     if not callable(model):
-        raise HookError(f"measure_flops: model must be a module (callable), got {type(model).__name__}.")
+        raise SettingError(f"measure_flops: model must be a module (callable), got {type(model).__name__}.")
     counter = FlopCounterMode(display=False)
     with counter:
         output = model(*inputs)

@@ -9,7 +9,7 @@ import time
 from datetime import timedelta
 from typing import Any, Callable
 
-from ..errors import HookError, StopTraining
+from ..errors import HookError, SettingError, StopTraining
 from ._attach import DefaultEvent, On, ShippedCallback
 from .distributed import is_distributed, ranks_where
 
@@ -40,7 +40,7 @@ def duration_seconds(duration: Any, where: str) -> float:
     elif isinstance(duration, (int, float)) and not isinstance(duration, bool):
         seconds = float(duration)
     if seconds is None or not math.isfinite(seconds) or seconds <= 0:
-        raise HookError(f"{where}: duration must be a time > 0: seconds (a number), a datetime.timedelta, "
+        raise SettingError(f"{where}: duration must be a time > 0: seconds (a number), a datetime.timedelta, "
                         f"a dict of timedelta's keywords ({{'hours': 2}}) or a 'DD:HH:MM:SS' string "
                         f"('00:12:00:00'), got {duration!r}.")
     return float(seconds)
@@ -73,10 +73,10 @@ class TimeLimit(ShippedCallback):
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.duration = duration_seconds(duration, "TimeLimit")
         if interval not in INTERVALS:
-            raise HookError(f"TimeLimit: interval must be 'step' or 'epoch' (when the time is checked), "
+            raise SettingError(f"TimeLimit: interval must be 'step' or 'epoch' (when the time is checked), "
                             f"got {interval!r}.")
         if not callable(clock):
-            raise HookError(f"TimeLimit: clock must be a function returning seconds (time.monotonic), "
+            raise SettingError(f"TimeLimit: clock must be a function returning seconds (time.monotonic), "
                             f"got {clock!r}.")
         self.interval, self.clock = interval, clock
         self.step_event, self.epoch_event, self.fit_event = step_event, epoch_event, fit_event
