@@ -233,22 +233,16 @@ def overhead_lines(costs: StepCosts, events: tuple[str, ...] = PER_STEP_EVENTS) 
     own = costs.own
     level = math.floor(own.confidence * 100)
     lines = [
-        f"hook overhead (hookwrap's own): {_us(own.value)} us per step = "
-        f"{own.value / costs.plain_step:+.1%} of step time "
-        f"({level}% interval {_us(own.low)} to {_us(own.high)} us, blocks' quartiles "
-        f"{_us(own.q1)} to {_us(own.q3)} us): the {costs.calls} callbacks of {'/'.join(events)} "
-        f"called through hookwrap, against the same calls written by hand into the same loop "
-        f"(median of {own.n} min-of-block differences, {costs.pairs} interleaved pairs, this run)",
-        f"callbacks' work (theirs, not hookwrap's): {_us(costs.work.value)} us per step "
-        f"written by hand, {_us(costs.work.value + own.value)} us through hookwrap (the same calls, "
-        f"plus hookwrap's own), on a median step of {costs.plain_step * 1e6:.0f} us without them",
+        f"hook overhead (hookwrap's own): {_us(own.value)} us a step = {own.value / costs.plain_step:+.1%} of "
+        f"{costs.plain_step * 1e6:.0f} us ({level}% interval {_us(own.low)} to {_us(own.high)} us; "
+        f"{costs.calls} callback calls vs. by hand)",
+        f"callbacks' work (theirs): {_us(costs.work.value)} us a step written by hand, "
+        f"{_us(costs.work.value + own.value)} us through hookwrap",
     ]
     if own.noisy:
         lines.append(f"note: the machine was too noisy to measure hookwrap's own cost this run "
                      f"({own.why_noisy()}); run it again when it is quieter"
-                     + ("; or count instructions, which load does not move: in a checkout, "
-                        "tools/callgrind_step.sh counts a training step's hook overhead with valgrind"
-                        if shutil.which("valgrind") else ""))
+                     + ("; or count instructions: tools/callgrind_step.sh" if shutil.which("valgrind") else ""))
     return lines
 
 
