@@ -162,3 +162,28 @@ def test_a_logger_sending_to_the_mlflow_module_copies_and_pickles(hw, ht):
     assert copy.deepcopy(logger).loggers == [mlflow]  # a module goes by its name
     assert pickle.loads(pickle.dumps(logger)).loggers == [mlflow]
     assert logger.state_key == "MetricsLogger[mlflow]"
+
+
+@pytest.mark.parametrize("given", ["run", "module"])
+def test_wandb_offline_with_no_lightning_a_run_or_the_module(hw, ht, tmp_path, monkeypatch, given):
+    """loggers=[wandb.init(...)] or loggers=[wandb]: the rows W&B holds are those
+    Lightning's WandbLogger sends (the step as global_step)."""
+    import pickle
+
+    wandb = pytest.importorskip("wandb", reason="needs the loggers extra (wandb)")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run = wandb.init(mode="offline", dir=str(tmp_path), project="hookwrap")
+    try:
+        logger = ht.MetricsLogger(loggers=[run if given == "run" else wandb])
+        if given == "module":
+            assert pickle.loads(pickle.dumps(logger.loggers[0])).run is wandb
+        loop = make_loop(hw)
+        loop.add_callback(logger)
+        loop.fit(2)
+        run_dir = Path(run.dir).parent
+    finally:
+        wandb.finish()
+    history = _wandb_history(run_dir)
+    logged = [(row["global_step"], name, value) for row in history
+              for name, value in row.items() if not name.startswith("_") and name != "global_step"]
+    assert logged == expected()

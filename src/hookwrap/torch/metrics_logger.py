@@ -229,6 +229,40 @@ def _log_records(name: str, level: int) -> LogRecords:
     return LogRecords(logging.getLogger(name), level)
 
 
+class WandbRun:
+    """Rows to Weights & Biases with no Lightning installed: what
+    ``MetricsLogger(loggers=[run])`` makes of a W&B run (``wandb.init(...)``) or of
+    the ``wandb`` module (its current run). Each step's values are one
+    ``run.log({..., "global_step": step})``, as Lightning's ``WandbLogger`` sends
+    them (its ``trainer/global_step``): W&B's own step counts the calls, so a
+    resumed run that logs a step again is not dropped as going back."""
+
+    def __init__(self, run: Any) -> None:
+        self.run = run
+
+    def __repr__(self) -> str:
+        return f"WandbRun({self.run!r})"
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        self.run.log({**metrics, "global_step": step})
+
+    def __reduce__(self) -> Any:
+        if isinstance(self.run, types.ModuleType):  # the module pickles by name, as mlflow's
+            return (_wandb_module, (self.run.__name__,))
+        return (WandbRun, (self.run,))
+
+
+def _wandb_module(name: str) -> WandbRun:
+    return WandbRun(importlib.import_module(name))
+
+
+def _is_wandb(logger: Any) -> bool:
+    """The ``wandb`` module, or one of its runs: a ``log`` and no ``log_metrics``."""
+    module = logger.__name__ if isinstance(logger, types.ModuleType) else type(logger).__module__
+    return module.split(".")[0] == "wandb" and callable(getattr(logger, "log", None)) \
+        and not hasattr(logger, "log_metrics")
+
+
 class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
     """Logs the loss (what ``loss_event`` returns, every ``every`` steps), every
     metric ``metrics_event`` returns, and whatever other callbacks ``log()``
@@ -724,12 +758,13 @@ def _name(sink: Any) -> str:
 
 def _check_loggers(loggers: Any) -> list[Any]:
     """``loggers`` as a list, each checked to have a callable ``log_metrics``."""
-    if hasattr(loggers, "log_metrics") or isinstance(loggers, logging.Logger):  # one logger, not in a list
+    if hasattr(loggers, "log_metrics") or isinstance(loggers, logging.Logger) or _is_wandb(loggers):  # one, not a list
         loggers = [loggers]
     elif isinstance(loggers, (str, bytes, os.PathLike)) or not isinstance(loggers, Iterable):
         raise SettingError(f"MetricsLogger: loggers must be a list of loggers (objects with "
                         f"log_metrics(metrics, step)), got {_name(loggers)} {loggers!r}.")
-    checked = [LogRecords(logger) if isinstance(logger, logging.Logger) else logger for logger in loggers]
+    checked = [LogRecords(logger) if isinstance(logger, logging.Logger) else
+               WandbRun(logger) if _is_wandb(logger) else logger for logger in loggers]
     for i, logger in enumerate(checked):
         method = getattr(logger, "log_metrics", None)
         if isinstance(logger, type):
