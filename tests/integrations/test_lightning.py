@@ -49,6 +49,18 @@ def trainer(epochs: int = 20) -> Any:
                       enable_progress_bar=False, enable_model_summary=False)
 
 
+def fitted(hw: Any, lr: float, epochs: int, callbacks: list[Any], hooked: list[Any]) -> Any:
+    """A Module(lr) fitted with Lightning's ``callbacks`` and hookwrap's ``hooked``
+    attached to it: the trainer, to compare where each stopped."""
+    module = Module(lr=lr)
+    for cb in hooked:
+        hw.add_callback(module, cb)
+    run = pl.Trainer(max_epochs=epochs, accelerator="cpu", logger=False, enable_checkpointing=False,
+                     enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks)
+    run.fit(module, loader(), loader())
+    return run
+
+
 def weights(module: Any) -> Any:
     return torch.cat([p.detach().flatten().clone() for p in module.parameters()])
 
@@ -311,18 +323,9 @@ def test_early_stopping_decides_as_lightning_early_stopping(hw, preset, min_delt
 
     from hookwrap.torch import EarlyStopping
 
-    def fit(callbacks: list[Any], hooked: list[Any]) -> Any:
-        module = Module(lr=0.02)
-        for cb in hooked:
-            hw.add_callback(module, cb)
-        run = pl.Trainer(max_epochs=60, accelerator="cpu", logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks)
-        run.fit(module, loader(), loader())
-        return run
-
-    theirs = fit([LightningEarlyStopping("val_loss", patience=2, min_delta=min_delta)], [])
+    theirs = fitted(hw, 0.02, 60, [LightningEarlyStopping("val_loss", patience=2, min_delta=min_delta)], [])
     with preset.weave(Module):
-        ours = fit([], [EarlyStopping("val_loss", patience=2, min_delta=min_delta)])
+        ours = fitted(hw, 0.02, 60, [], [EarlyStopping("val_loss", patience=2, min_delta=min_delta)])
     assert (ours.current_epoch, ours.global_step) == (theirs.current_epoch, theirs.global_step)
     assert theirs.current_epoch < 60
 
@@ -486,18 +489,9 @@ def test_early_stopping_thresholds_stop_where_lightnings_do(hw, preset, lr, thre
 
     from hookwrap.torch import EarlyStopping
 
-    def fit(callbacks: list[Any], hooked: list[Any]) -> Any:
-        module = Module(lr=lr)
-        for cb in hooked:
-            hw.add_callback(module, cb)
-        run = pl.Trainer(max_epochs=30, accelerator="cpu", logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks)
-        run.fit(module, loader(), loader())
-        return run
-
-    theirs = fit([LightningEarlyStopping("val_loss", patience=100, **thresholds)], [])
+    theirs = fitted(hw, lr, 30, [LightningEarlyStopping("val_loss", patience=100, **thresholds)], [])
     with preset.weave(Module) as handle:
-        ours = fit([], [EarlyStopping("val_loss", patience=100, **thresholds)])
+        ours = fitted(hw, lr, 30, [], [EarlyStopping("val_loss", patience=100, **thresholds)])
         assert "threshold" in str(handle.stopped)
     assert (ours.current_epoch, ours.global_step) == (theirs.current_epoch, theirs.global_step)
     assert 1 < theirs.current_epoch < 30

@@ -478,6 +478,19 @@ def positive_number(value: Any, name: str, where: str, allow_inf: bool = False, 
     return float(value)
 
 
+def loss_reader(where: str, jp: JoinPointInfo, argument: str, handler: Callable[..., Any],
+                fix: str, extra: tuple[Any, ...] = ()) -> Callable[..., Any]:
+    """The loss a callback watches on one join point, read after it: its argument
+    ``argument`` (accelerate's ``backward(loss)``) where it has one, else what it
+    returns; a join point with neither (``-> None``) is refused with ``fix``."""
+    if argument in jp.arguments:
+        return reader(handler, "post-", argument, extra)
+    if jp.returns_none:
+        raise CallbackSignatureError(f"{where}: {jp.where} returns None and has no argument {argument!r}, so "
+                                     f"there is no loss to read. {fix}")
+    return reader(handler, "post-", "return_value", extra)
+
+
 def event_names(events: Any, where: str) -> tuple[str, ...]:
     """``events`` as a tuple of join point names (one name alone is one), else a
     HookError naming the setting."""

@@ -9,9 +9,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any, Callable
 
-from ..errors import CallbackSignatureError
 from ..extend import Ending, JoinPointInfo, per_join_point, reader
-from ._attach import CountingCallback, DefaultEvent, On, event_names, whole_number
+from ._attach import CountingCallback, DefaultEvent, On, event_names, loss_reader, whole_number
 from .distributed import is_distributed, per_rank, ranks_where
 from .readback import DecidesAtReadBacks, shared
 
@@ -147,15 +146,11 @@ class NanGuard(DecidesAtReadBacks, CountingCallback):
     def _choose(self, event: str, jp: JoinPointInfo) -> Any:
         """The value watched on one join point: its ``argument`` (``loss``: accelerate's
         ``backward(loss)``) where it has one, else what it returns."""
-        if self.argument in jp.arguments:
+        if self.argument in jp.arguments:  # named so: the message says which was checked
             return reader(self.check_argument, "post-", self.argument, (event,))
-        if jp.returns_none:
-            raise CallbackSignatureError(
-                f"NanGuard: {jp.where} returns None and has no argument {self.argument!r}, so "
-                f"there is nothing to check. Watch the join point that computes the loss, or "
-                f"pass argument= the name of the argument that carries it."
-            )
-        return reader(self.check, "post-", "return_value", (event,))
+        return loss_reader("NanGuard", jp, self.argument, self.check,
+                           "Watch the join point that computes the loss, or pass argument= the name of the "
+                           "argument that carries it.", (event,))
 
     def check(self, obj: Any, event: str, value: Any) -> None:
         """What ``event`` returned."""

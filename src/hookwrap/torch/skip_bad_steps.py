@@ -10,9 +10,9 @@ from typing import Any, Callable
 
 import torch
 
-from ..errors import CallbackSignatureError, HookError, SettingError, StopTraining
-from ..extend import JoinPointInfo, reader
-from ._attach import CountingCallback, DefaultEvent, On, from_object, whole_number
+from ..errors import HookError, SettingError, StopTraining
+from ..extend import JoinPointInfo
+from ._attach import CountingCallback, DefaultEvent, On, from_object, loss_reader, whole_number
 from .grad_scaler import scale_of_gradients
 from .logs_into import LogsInto, checked_logger, logged_name
 from .monitors import total_norm
@@ -110,14 +110,9 @@ class SkipBadSteps(LogsInto, CountingCallback):
     # --- the losses of the step ----------------------------------------------------------
 
     def _choose_loss(self, jp: JoinPointInfo) -> Any:
-        if self.argument in jp.arguments:
-            return reader(self.record_loss, "post-", self.argument)
-        if jp.returns_none:
-            raise CallbackSignatureError(
-                f"{self.where}: {jp.where} returns None and has no argument {self.argument!r}, so there is no "
-                f"loss to check. Pass loss_event= the join point that computes the loss, argument= the name of "
-                f"the argument that carries it, or loss_event=None to check the gradients only.")
-        return reader(self.record_loss, "post-", "return_value")
+        return loss_reader(self.where, jp, self.argument, self.record_loss,
+                           "Pass loss_event= the join point that computes the loss, argument= the name of the "
+                           "argument that carries it, or loss_event=None to check the gradients only.")
 
     def record_loss(self, obj: Any, loss: Any) -> None:
         """A loss of this step, kept as given until the update is judged."""

@@ -11,9 +11,9 @@ import sys
 from collections import deque
 from typing import Any, Callable
 
-from ..errors import CallbackSignatureError, SettingError, StopTraining
-from ..extend import Ending, JoinPointInfo, per_join_point, reader
-from ._attach import COUNT, CountingCallback, DefaultEvent, On, is_rank_zero, saved, whole_number
+from ..errors import SettingError, StopTraining
+from ..extend import Ending, JoinPointInfo, per_join_point
+from ._attach import COUNT, CountingCallback, DefaultEvent, On, is_rank_zero, loss_reader, saved, whole_number
 from .distributed import is_distributed, ranks_where
 from .readback import DecidesAtReadBacks, shared
 
@@ -147,14 +147,9 @@ class SpikeDetection(DecidesAtReadBacks, CountingCallback):
         return pairs
 
     def _choose(self, jp: JoinPointInfo) -> Any:
-        if self.argument in jp.arguments:
-            return reader(self.check, "post-", self.argument)
-        if jp.returns_none:
-            raise CallbackSignatureError(
-                f"{self.where}: {jp.where} returns None and has no argument {self.argument!r}, so there is "
-                f"no loss to watch. Pass event= the join point that computes the loss, or argument= the "
-                f"name of the argument that carries it.")
-        return reader(self.check, "post-", "return_value")
+        return loss_reader(self.where, jp, self.argument, self.check,
+                           "Pass event= the join point that computes the loss, or argument= the name of the "
+                           "argument that carries it.")
 
     # --- per loss: queued, never read here ----------------------------------------------
 
