@@ -124,17 +124,29 @@ class ShippedCallback(Callback):
     # declared so, in the saved state: ("event",) -> GradScaler(event='step'), GradScaler[event=step].
     label: ClassVar[tuple[str, ...]] = ()
     keyed_by_label: ClassVar[bool] = False
+    # The setting holding the file or folder it writes, which names it instead, and keys
+    # its saved state (state_place): Checkpoint('ck'), Checkpoint[/abs/ck].
+    stored_at: ClassVar[str | None] = None
 
     @property
     def where(self) -> str:
+        if self.stored_at is not None:
+            return f"{type(self).__name__}({str(getattr(self, self.stored_at))!r})"
         return f"{type(self).__name__}({', '.join(f'{k}={getattr(self, k)!r}' for k in self.label)})" \
             if self.label else type(self).__name__
 
     @property
     def state_key(self) -> str:
+        if self.stored_at is not None:
+            return f"{type(self).__name__}[{self.state_place()}]"
         if not self.keyed_by_label:
             return super().state_key
         return f"{type(self).__name__}[{','.join(f'{k}={getattr(self, k)}' for k in self.label)}]"
+
+    def state_place(self) -> str:
+        """The place in its state key: its ``stored_at`` setting, as given."""
+        assert self.stored_at is not None
+        return str(getattr(self, self.stored_at))
 
     def wants(self, target: Any, event: str | None) -> bool:
         """Should this callback attach to ``event``? ``None`` and a default the target

@@ -73,13 +73,7 @@ class BestCheckpoint(MonitoredCallback):
         self._held: dict[tuple[str, str], Any] = {}
         super().__init__(monitor, mode, min_delta, event, step_event)
 
-    @property
-    def where(self) -> str:
-        return f"BestCheckpoint({str(self.path)!r})"
-
-    @property
-    def state_key(self) -> str:
-        return f"BestCheckpoint[{self.path}]"
+    stored_at = "path"
 
     def attach(self, target: type | None) -> list[tuple[str, Callable[..., Any]]]:
         pairs = self._holders(self.event) + super().attach(target)
@@ -328,14 +322,11 @@ class Checkpoint(MonitoredCallback):
         super().__init__(monitor or "", mode, min_delta, event, step_event)
         self.monitor: str | None = monitor  # type: ignore[assignment]
 
-    @property
-    def where(self) -> str:
-        return f"Checkpoint({str(self.dir)!r})"
+    stored_at = "dir"
 
-    @property
-    def state_key(self) -> str:
+    def state_place(self) -> str:
         # One spelling of the folder (a URL is one already).
-        return f"Checkpoint[{self.dir if isinstance(self.dir, RemotePath) else os.path.abspath(self.dir)}]"
+        return str(self.dir if isinstance(self.dir, RemotePath) else os.path.abspath(self.dir))
 
     @property
     def last_path(self) -> StoragePath:
