@@ -50,7 +50,7 @@ import wrapt
 from ._chains import PLANNER
 from ._dispatch import JoinPoint, as_attribute
 from ._entries import PHASES, normalize
-from ._joinpoints import join_point_of, join_points, name_join_point, spec_of, track_join_point
+from ._joinpoints import join_point_of, join_points, name_join_point, spec_of, track_join_point, untrack_join_point
 from ._owners import changed_class, discard_class_record, is_builtin_type, with_subclasses
 from ._registry import Handle, Removable, register
 from ._rules import CLASSMETHOD, FUNCTION, JOIN_POINT_ATTR
@@ -354,10 +354,13 @@ class WeaveHandle(Removable):
                     woven.record.changed(None)
                 if not restore:
                     pass
-                elif own:
-                    setattr(owner, name, original)
                 else:
-                    delattr(owner, name)
+                    if woven is not None:
+                        untrack_join_point(woven)
+                    if own:
+                        setattr(owner, name, original)
+                    else:
+                        delattr(owner, name)
                 if isinstance(owner, type):
                     _restore_class(owner)
             if self._saved:

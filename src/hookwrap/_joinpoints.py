@@ -572,6 +572,14 @@ def track_join_point(jp: Any) -> Any:
     return jp
 
 
+def untrack_join_point(jp: Any) -> None:
+    """A join point taken out of where it was installed (its weave removed): no longer
+    one of ``all_join_points``, so a global callback registered later, or the update
+    axes a counting callback reads, do not find it while it waits to be collected. A
+    call of it that something still holds runs as before."""
+    _all_join_points.discard(jp)
+
+
 def name_join_point(value: Any, owner: type, name: str) -> None:
     """``__set_name__`` for a join point that Python did not name: stored in a class
     after its creation, inside a classmethod/staticmethod, or (pure twin) stored as

@@ -711,6 +711,10 @@ class ScriptRun:
         next(self.generator)  # pre-fit
 
     def end(self, exc: BaseException | None) -> None:
+        from ._joinpoints import join_point_of, untrack_join_point
+
+        if self.join_point is not None:  # the run's fit is over: no later registration finds it
+            untrack_join_point(join_point_of(self.join_point))
         generator, self.generator, self.join_point = self.generator, None, None  # the join point goes with it
         if generator is None:
             return

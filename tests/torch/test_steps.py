@@ -298,3 +298,25 @@ def test_a_state_counted_in_batches_loads_where_the_loop_keeps_the_count(hw, ht)
         early.load_state_dict({"step": 12, "best": 1.0, "best_step": 8, "wait": 1})
     loop.fit(ACCUMULATE)
     assert early.step == 4 and early.best_step == 8 and early.wait == 1
+
+
+def test_a_removed_weave_leaves_no_update_axis_for_the_global_tier(hw, ht):
+    """A preset's loop, woven and declared to count updates, then its weave removed:
+    its join points, though not yet collected (a cycle holds them), no longer give
+    the global tier an update axis (a GradNorm on another loop's `step` then waited
+    for an update that never came, and logged nothing)."""
+    from hookwrap.torch.steps import update_axes
+
+    class Loop:
+        def step(self) -> None:
+            self.optimizer_step()
+
+        def optimizer_step(self) -> None:
+            pass
+
+    Loop.cycle = Loop  # type: ignore[attr-defined]  # kept alive until a full collection
+    handle = hw.weave(Loop, "step", "optimizer_step")
+    ht.counts_updates(Loop, "optimizer_step")
+    assert [axis.update for axis in update_axes(None)] == ["optimizer_step"]
+    handle.remove()
+    assert update_axes(None) == []
