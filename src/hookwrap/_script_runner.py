@@ -246,12 +246,15 @@ class Runner:
         for name, targets in self._pending_script.items():
             for target in targets:
                 found = stand_in(tree, target.path, target.attr)
-                if found is None:
+                try:
+                    if found is None:
+                        raise HookError("not settled by the source")
+                    container, attr = found
+                    handle = weave(container, **{target.event or target.attr: attr})
+                except HookError:  # the real function's weave, when it is defined, says what is wrong
                     for handle, _ in (pair for pairs in made.values() for pair in pairs):
                         handle.remove()
                     return
-                container, attr = found
-                handle = weave(container, **{target.event or target.attr: attr})
                 made.setdefault(name, []).append((handle, join_point_of(vars(container)[attr])))
         self._stand_ins = made
 

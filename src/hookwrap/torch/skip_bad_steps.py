@@ -164,14 +164,15 @@ class SkipBadSteps(LogsInto, CountingCallback):
         losses, self._losses = self._losses, []
         numbers: list[Any] = []
         if losses:
-            tensors = [torch.as_tensor(v, dtype=torch.float64) if not hasattr(v, "detach") else v for v in losses]
+            # float32: every device has it (MPS has no float64), and NaN, inf and a spike read the same.
+            tensors = [torch.as_tensor(v, dtype=torch.float32) if not hasattr(v, "detach") else v for v in losses]
             device = tensors[0].device
-            numbers.append(torch.stack([t.to(device=device, dtype=torch.float64).reshape(()) for t in tensors]))
+            numbers.append(torch.stack([t.to(device=device, dtype=torch.float32).reshape(()) for t in tensors]))
         norm = None
         if self.check_grad_norm and scale_of_gradients(obj) is None:
             grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
             if grads:
-                norm = total_norm(grads, 2.0).detach().to(torch.float64)
+                norm = total_norm(grads, 2.0).detach().to(torch.float32)
                 numbers.append(norm.reshape(1).to(numbers[0].device) if numbers else norm.reshape(1))
         if not numbers:
             return None
