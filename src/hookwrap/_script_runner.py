@@ -246,14 +246,16 @@ class Runner:
         for name, targets in self._pending_script.items():
             for target in targets:
                 found = stand_in(tree, target.path, target.attr)
-                try:
-                    if found is None:
-                        raise HookError("not settled by the source")
+                handle = None
+                if found is not None:
                     container, attr = found
-                    handle = weave(container, **{target.event or target.attr: attr})
-                except HookError:  # the real function's weave, when it is defined, says what is wrong
-                    for handle, _ in (pair for pairs in made.values() for pair in pairs):
-                        handle.remove()
+                    try:
+                        handle = weave(container, **{target.event or target.attr: attr})
+                    except HookError:  # the real function's weave, when it is defined, says what is wrong
+                        pass
+                if handle is None:
+                    for woven, _ in (pair for pairs in made.values() for pair in pairs):
+                        woven.remove()
                     return
                 made.setdefault(name, []).append((handle, join_point_of(vars(container)[attr])))
         self._stand_ins = made
@@ -341,7 +343,7 @@ class Runner:
                     target.module = "__main__"
 
     def _apply_presets(self) -> None:
-        from .integrations import _REGISTRY, PRESETS, install_command, load
+        from .integrations import PRESETS, FrameworkMissing, install_command, load
 
         for name in dict.fromkeys(self.presets):  # a preset in the run file and on the command line: once
             key = name.replace("-", "_")
@@ -350,17 +352,12 @@ class Runner:
                     f"{PROG}: --preset {name!r}: no such preset.{closest(key, list(PRESETS))} "
                     f"Presets: {', '.join(sorted(PRESETS))}. Or weave what you need with --weave."
                 )
-            preset = _REGISTRY[key]
             try:
                 self.handles.append(load(key)())
-            except ImportError as exc:
-                # The framework the preset weaves (imported by its module, or when it is
-                # applied) is missing here; anything else missing is a bug, and goes on.
-                if (exc.name or "").split(".")[0] != preset.framework:
-                    raise
-                raise BadInput(f"{PROG}: --preset {name!r} needs {preset.framework}, which is not "
+            except FrameworkMissing as missing:  # said by the preset (needs_framework); anything else goes on
+                raise BadInput(f"{PROG}: --preset {name!r} needs {missing.missing}, which is not "
                                f"installed here: install it ({install_command(key)}, or your own version of "
-                               f"{preset.framework}).") from None
+                               f"{missing.missing}).") from None
             except HookError as exc:
                 raise BadInput(f"{PROG}: --preset {name!r}: {exc}") from None
 

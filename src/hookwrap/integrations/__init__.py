@@ -31,7 +31,7 @@ from typing import Any, Callable, NamedTuple, TypeVar
 from ..errors import HookError, closest
 from ._weaving import PresetHandle
 
-__all__ = ["PRESETS", "PresetHandle", "install_command", "load"]
+__all__ = ["PRESETS", "FrameworkMissing", "PresetHandle", "install_command", "load"]
 
 
 class _Preset(NamedTuple):
@@ -91,13 +91,25 @@ def install_command(name: str) -> str:
     return f"pip install 'hookwrap[{extra}]' {torch}"
 
 
+class FrameworkMissing(ModuleNotFoundError):
+    """Preset ``preset`` needs ``missing`` (a top-level module: its framework, or one
+    the framework needs), which is not installed; the message says what installs it.
+    ``hookwrap run --preset`` says it as bad input."""
+
+    def __init__(self, preset: str, missing: str, name: str | None) -> None:
+        super().__init__(f"hookwrap.integrations.{preset} weaves {_REGISTRY[preset].framework}, and {missing} is "
+                         f"not installed here: install it ({install_command(preset)}, or your own version of it).",
+                         name=name)
+        self.preset, self.missing = preset, missing
+
+
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def needs_framework(name: str, *modules: str) -> Callable[[_F], _F]:
     """A preset's ``weave``: where its framework (or another of ``modules`` it needs)
-    is not installed, a ``ModuleNotFoundError`` that says what to install, not the
-    bare import's. Anything else missing is a bug, and goes on as itself."""
+    is not installed, ``FrameworkMissing``, which says what to install, not the bare
+    import's error. Anything else missing is a bug, and goes on as itself."""
     needed = {_REGISTRY[name].framework, *modules}
 
     def decorate(weave: _F) -> _F:
@@ -106,12 +118,10 @@ def needs_framework(name: str, *modules: str) -> Callable[[_F], _F]:
             try:
                 return weave(*args, **kwargs)
             except ImportError as exc:
-                if (exc.name or "").split(".")[0] not in needed:
+                missing = (exc.name or "").split(".")[0]
+                if missing not in needed:
                     raise
-                raise ModuleNotFoundError(
-                    f"hookwrap.integrations.{name} weaves {_REGISTRY[name].framework}, and "
-                    f"{(exc.name or '').split('.')[0]} is not installed here: install it ({install_command(name)}, "
-                    f"or your own version of it).", name=exc.name) from exc
+                raise FrameworkMissing(name, missing, exc.name) from exc
 
         return checked  # type: ignore[return-value]
 

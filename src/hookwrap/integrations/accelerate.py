@@ -58,7 +58,7 @@ __all__ = ["weave"]
 ACCUMULATION = "Accelerator(gradient_accumulation_steps=N) with `with accelerator.accumulate(model):`"
 
 
-@needs_framework('accelerate')
+@needs_framework("accelerate")
 def weave(accelerator: Any = None, *, stop: str = "raise") -> PresetHandle:
     """Weave ``accelerate.Accelerator`` (or ``accelerator``: a subclass, or an instance of
     one). ``stop``: ``"raise"`` or ``"trigger"`` (see the module). Returns a handle whose

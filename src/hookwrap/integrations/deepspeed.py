@@ -52,7 +52,7 @@ ACCUMULATION = ('the DeepSpeed config\'s "gradient_accumulation_steps" (and "gra
                 "DeepSpeed accumulates, clips and scales the gradients it holds")
 
 
-@needs_framework('deepspeed')
+@needs_framework("deepspeed")
 def weave(engine: Any = None) -> PresetHandle:
     """Weave ``deepspeed.DeepSpeedEngine`` (or ``engine``: a subclass, or an instance of
     one, whose class is woven). Returns a handle whose ``remove()`` restores everything."""

@@ -141,7 +141,7 @@ def _loss(values: dict[str, Any]) -> Any:
     return outputs.get("loss") if isinstance(outputs, Mapping) else outputs
 
 
-@needs_framework('fabric')
+@needs_framework("fabric")
 def weave(fabric: Any = None, *, stop: str = "raise", hooks: tuple[str, ...] = ()) -> PresetHandle:
     """Weave ``lightning.fabric.Fabric`` (or ``fabric``: a subclass, or an instance of one).
     ``stop``: ``"raise"`` or ``"flag"`` (see the module). ``hooks``: more ``fabric.call``

@@ -51,7 +51,7 @@ class _Ended:
         self.gen, self.value, self.error = gen, value, error
 
 
-@needs_framework('ignite')
+@needs_framework("ignite")
 def weave(engine: Any = None) -> PresetHandle:
     """Weave ``ignite.engine.Engine`` (or ``engine``: a subclass, or an instance of one).
     Returns a handle whose ``remove()`` restores everything."""

@@ -57,7 +57,7 @@ RESUME = ("trainer.fit(module, ckpt_path=...) from a checkpoint Lightning saved 
           "OnExceptionCheckpoint): it restores hookwrap's callbacks too")
 
 
-@needs_framework('lightning')
+@needs_framework("lightning")
 def weave(module: Any = None) -> PresetHandle:
     """Weave your ``LightningModule`` subclass (or the class of ``module``, an instance).
     Returns a handle whose ``remove()`` restores everything."""

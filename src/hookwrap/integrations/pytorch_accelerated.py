@@ -66,7 +66,7 @@ _FLAG = "_hookwrap_stop_requested"  # on a trainer: a callback asked to stop its
 _CHECKS = frozenset({"on_train_step_start", "on_training_run_epoch_end"})
 
 
-@needs_framework('pytorch_accelerated')
+@needs_framework("pytorch_accelerated")
 def weave(trainer: Any = None) -> PresetHandle:
     """Weave ``pytorch_accelerated.Trainer`` (or ``trainer``: a subclass, or an instance
     of one, whose class is woven). Returns a handle whose ``remove()`` restores everything."""

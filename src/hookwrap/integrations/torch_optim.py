@@ -34,6 +34,7 @@ from typing import Any
 from ..extend import Removable, is_join_point, weave_only
 from ..errors import HookError, SettingError, safe_repr
 from .. import WeaveHandle
+from . import needs_framework
 
 __all__ = ["OptimizerWeave", "weave_optimizers"]
 
@@ -103,6 +104,7 @@ def _subclasses(cls: type) -> list[type]:
     return list(seen)
 
 
+@needs_framework("torch_optim")
 def weave_optimizers(event: str = "step") -> OptimizerWeave:
     """Weave ``step`` of ``torch.optim.Optimizer`` and every subclass defining it, now
     and as new subclasses are defined, as join point ``event`` (default ``"step"``,

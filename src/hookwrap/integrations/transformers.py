@@ -49,7 +49,7 @@ RESUME = ("trainer.train(resume_from_checkpoint=...) from a checkpoint the Train
           "(TrainingArguments(save_strategy=...)): it restores hookwrap's callbacks too")
 
 
-@needs_framework('transformers', 'accelerate')
+@needs_framework("transformers", "accelerate")
 def weave(trainer: Any = None) -> PresetHandle:
     """Weave ``transformers.Trainer`` (or ``trainer``: a subclass, or an instance of one,
     whose class is woven). Returns a handle whose ``remove()`` restores everything."""

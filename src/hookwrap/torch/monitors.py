@@ -11,7 +11,7 @@ import torch
 
 from ..errors import HookError, HookwrapWarning, SettingError
 from ..extend import reader
-from ._attach import CountingCallback, DefaultEvent, On, framework_grad_norm, whole_number
+from ._attach import CountingCallback, DefaultEvent, On, framework_grad_norm, positive_number, whole_number
 from .logs_into import LogsInto, checked_logger, logged_name
 from .grad_scaler import scale_of_gradients
 from .readback import QueuesReadBacks, shared
@@ -44,10 +44,8 @@ class GradNorm(LogsInto, QueuesReadBacks, CountingCallback):
                  step_event: str | None = DefaultEvent("step"), name: str = "grad_norm") -> None:
         super().__init__(step_event)
         whole_number(every, "every", "GradNorm")
-        if isinstance(norm_type, bool) or not isinstance(norm_type, (int, float)) or not (
-                norm_type > 0 or norm_type == float("-inf")) or norm_type != norm_type:
-            raise SettingError(f"GradNorm: norm_type must be a number > 0, inf or -inf (the p of the p-norm), got "
-                               f"{norm_type!r}.")
+        if norm_type != float("-inf"):  # -inf: the smallest absolute value, as torch reads it
+            positive_number(norm_type, "norm_type", "GradNorm", allow_inf=True, why="the p of the p-norm, or -inf")
         self.model, self.norm_type, self.every, self.event = model, norm_type, every, event
         self.name = logged_name(name, "GradNorm")
         self.logger = checked_logger(logger, "GradNorm")
