@@ -1300,26 +1300,28 @@ def test_callbacks_checked_against_the_source_run_on_the_scripts_functions(hw, t
     assert not [jp for jp in all_join_points() if id(jp) not in before and jp.event in ("t2_step", "t2_run")]
 
 
+def _refused_once_defined(hw: Any, tmp_path: Path, capsys: Any, decorator: str, event: str, asks: str,
+                          callback: Any) -> None:
+    """``train_step`` wrapped by the script's own ``decorator`` into ``(*args)``, woven
+    as ``event``, and ``callback`` (before it), asking for ``asks``: refused with status
+    2 once the script has defined it (after its first line), naming the --callback."""
+    probe = _script(tmp_path, _LOOP.format(decorator=f"@{decorator}").replace(
+        "model = torch", f"def {decorator}(fn):\n        return lambda *args: fn(*args)\n    model = torch"))
+    assert _runner(hw).run(str(probe), [], weaves=[f"{event}=__main__:train_step"],
+                           callbacks=[(f"pre-{event}", callback)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "started\n"
+    assert captured.err.startswith("hookwrap run: --callback ") and f"asks for '{asks}'" in captured.err
+
+
 def test_a_decorator_the_source_cannot_see_through_is_checked_once_the_script_defines_it(hw, tmp_path, capsys):
     """A decorator of the script's own may change what the function takes: its
     callbacks are checked when it is defined, the message naming the --callback."""
-    probe = _script(tmp_path, _LOOP.format(decorator="@logged").replace(
-        "model = torch", "def logged(fn):\n        return lambda *args: fn(*args)\n    model = torch"))
-    assert _runner(hw).run(str(probe), [], weaves=["t3_step=__main__:train_step"],
-                           callbacks=[("pre-t3_step", lambda x: None)]) == 2
-    captured = capsys.readouterr()
-    assert captured.out == "started\n"
-    assert captured.err.startswith("hookwrap run: --callback ") and "asks for 'x'" in captured.err
+    _refused_once_defined(hw, tmp_path, capsys, "logged", "t3_step", "x", lambda x: None)
 
 
 def test_a_stand_in_the_real_function_does_not_match_is_said_when_it_is_defined(hw, tmp_path, capsys):
     """The source says ``train_step(x, y)``; a decorator named like torch's (which
     keeps the signature) turns it into ``(*args)``: a callback that fitted the
     stand-in cannot run on it, said when the script defines it, not skipped."""
-    probe = _script(tmp_path, _LOOP.format(decorator="@no_grad").replace(
-        "model = torch", "def no_grad(fn):\n        return lambda *args: fn(*args)\n    model = torch"))
-    assert _runner(hw).run(str(probe), [], weaves=["t4_step=__main__:train_step"],
-                           callbacks=[("pre-t4_step", lambda y: None)]) == 2
-    captured = capsys.readouterr()
-    assert captured.out == "started\n"
-    assert captured.err.startswith("hookwrap run: --callback ") and "asks for 'y'" in captured.err
+    _refused_once_defined(hw, tmp_path, capsys, "no_grad", "t4_step", "y", lambda y: None)
