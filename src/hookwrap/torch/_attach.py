@@ -486,7 +486,7 @@ def positive_number(value: Any, name: str, where: str, allow_inf: bool = False, 
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
     if not ok or math.isnan(value) or (not allow_inf and math.isinf(value)):
         raise SettingError(f"{where}: {name} must be a number > 0{'' if allow_inf else ' and finite'}"
-                        f"{f' ({why})' if why else ''}, got {value!r}.")
+                           f"{f' ({why})' if why else ''}, got {value!r}.")
     return float(value)
 
 
@@ -511,7 +511,7 @@ def event_names(events: Any, where: str) -> tuple[str, ...]:
     if not isinstance(events, (tuple, list)) or not events \
             or not all(isinstance(e, str) and e for e in events):
         raise SettingError(f"{where}: events must be a join point name or a non-empty tuple of them, "
-                        f"got {events!r}.")
+                           f"got {events!r}.")
     return tuple(events)
 
 

@@ -29,7 +29,7 @@ def signal_numbers(signals: Any, where: str) -> tuple[int, ...]:
         given = list(signals)
     except TypeError:
         raise SettingError(f"{where}: on_signal must be a signal or a tuple of them "
-                        f"(signal.SIGTERM, 'SIGUSR1'), got {signals!r}.") from None
+                           f"(signal.SIGTERM, 'SIGUSR1'), got {signals!r}.") from None
     numbers: list[int] = []
     valid = signal.valid_signals()
     for one in given:

@@ -36,10 +36,10 @@ class Autocast(ShippedCallback):
                                 "torch.autocast would silently do nothing")
         if dtype is not None and dtype not in (torch.float16, torch.bfloat16):
             raise SettingError(f"Autocast: dtype must be torch.float16, torch.bfloat16 or None for the "
-                            f"device's default, got {dtype!r}.")
+                               f"device's default, got {dtype!r}.")
         if model is None or (isinstance(model, str) and not model):
             raise SettingError(f"Autocast: model must be an argument or attribute name, or the module itself, "
-                            f"got {model!r}.")
+                               f"got {model!r}.")
         self.events: tuple[str, ...] = events
         self.device_type, self.dtype, self.model = device_type, dtype, model
         self._held: Any = None  # the model of the call starting (its pre-, then its around-)

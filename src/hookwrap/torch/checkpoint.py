@@ -282,7 +282,7 @@ class Checkpoint(MonitoredCallback):
         self.on_exception = on_exception
         if sharded is not None and not isinstance(sharded, bool):
             raise SettingError(f"{where}: sharded must be True, False or None (sharded when the model is "
-                            f"FSDP-wrapped), got {sharded!r}.")
+                               f"FSDP-wrapped), got {sharded!r}.")
         self.sharded = sharded
         self.on_signal = None if on_signal is None else signal_numbers(on_signal, where)
         self._caught = None if self.on_signal is None else Caught(self.on_signal, where)
@@ -290,7 +290,7 @@ class Checkpoint(MonitoredCallback):
             raise SettingError(f"{where}: resume_from must be 'last', 'best' or a file path, got {resume_from!r}.")
         if monitor is None and save_top_k != 1:
             raise SettingError(f"{where}: save_top_k={save_top_k} keeps the best files by a monitored value: "
-                            f"pass monitor= too.")
+                               f"pass monitor= too.")
         try:
             self.generators = list(generators)
         except TypeError:
@@ -298,7 +298,7 @@ class Checkpoint(MonitoredCallback):
         for generator in self.generators:
             if not (callable(getattr(generator, "get_state", None)) and callable(getattr(generator, "set_state", None))):
                 raise SettingError(f"{where}: generators must be a list of torch.Generator (a DataLoader's "
-                                f"generator=), got {generator!r} in it.")
+                                   f"generator=), got {generator!r} in it.")
         self.save_last = save_last
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         # A file named on hookwrap run's command line: in the folder it ran in (_paths).

@@ -60,12 +60,12 @@ class EarlyStopping(MonitoredCallback):
             stopping_threshold >= divergence_threshold if mode == "min" else stopping_threshold <= divergence_threshold)
         if crossed:
             raise SettingError(f"EarlyStopping: stopping_threshold={stopping_threshold} (good enough) must be "
-                            f"{'below' if mode == 'min' else 'above'} divergence_threshold={divergence_threshold} "
-                            f"(hopeless) with mode={mode!r}.")
+                               f"{'below' if mode == 'min' else 'above'} divergence_threshold={divergence_threshold} "
+                               f"(hopeless) with mode={mode!r}.")
         self.stopping_threshold, self.divergence_threshold = stopping_threshold, divergence_threshold
         if small_gains_set_best is not None and not isinstance(small_gains_set_best, bool):
             raise SettingError(f"EarlyStopping: small_gains_set_best must be True, False, or None (as the framework "
-                            f"attached to decides), got {small_gains_set_best!r}.")
+                               f"attached to decides), got {small_gains_set_best!r}.")
         self._small_gains_setting = small_gains_set_best
         self.small_gains_set_best = bool(small_gains_set_best)  # resolved when attached
         self._reads_per_object = False

@@ -45,14 +45,14 @@ class EMA(ShippedCallback):
                  eval_event: str | None = "evaluate", model: Any = "model") -> None:
         if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0.0 < decay < 1.0:
             raise SettingError(f"EMA: decay must be a number strictly between 0 and 1 (0.999 averages over "
-                            f"about 1000 steps), got {decay!r}.")
+                               f"about 1000 steps), got {decay!r}.")
         for name, value, optional in (("event", event, False), ("eval_event", eval_event, True)):
             if not (isinstance(value, str) and value) and not (optional and value is None):
                 raise SettingError(f"EMA: {name} must be the name of a join point"
-                                f"{' or None' if optional else ''}, got {value!r}.")
+                                   f"{' or None' if optional else ''}, got {value!r}.")
         if model is None or (isinstance(model, str) and not model):
             raise SettingError(f"EMA: model must be an argument or attribute name, or the module itself, "
-                            f"got {model!r}.")
+                               f"got {model!r}.")
         self.decay = float(decay)
         self.event, self.eval_event, self.model = event, eval_event, model
         self.updates = 0

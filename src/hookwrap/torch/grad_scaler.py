@@ -131,11 +131,11 @@ class GradScaler(ShippedCallback):
         for name, value in (("event", event), ("backward_event", backward_event)):
             if not (isinstance(value, str) and value) and not (name == "backward_event" and value is None):
                 raise SettingError(f"GradScaler: {name} must be a join point name"
-                                f"{' or None (the loop scales the loss itself)' if name == 'backward_event' else ''}"
-                                f", got {value!r}.")
+                                   f"{' or None (the loop scales the loss itself)' if name == 'backward_event' else ''}"
+                                   f", got {value!r}.")
         if optimizer is None or (isinstance(optimizer, str) and not optimizer):
             raise SettingError(f"GradScaler: optimizer must be the name of the attribute holding the optimizer "
-                            f"('optimizer'), or the optimizer itself, got {optimizer!r}.")
+                               f"('optimizer'), or the optimizer itself, got {optimizer!r}.")
         if scaler is None:
             checked_device_type(device, _scaler_device, "GradScaler", "device",
                                 "torch.amp.GradScaler supports ('cuda', 'cpu', ...)",

@@ -44,8 +44,8 @@ def checked_logger(logger: Any, where: str) -> Any:
     what = (f"the class {logger.__qualname__}, not an instance" if isinstance(logger, type)
             else f"{logger!r} ({type(logger).__name__}), which has no log_metrics method")
     raise SettingError(f"{where}: logger must be a hookwrap.torch.MetricsLogger, an object with "
-                    f"log_metrics(metrics: dict[str, float], step: int), such as Lightning's loggers or the "
-                    f"mlflow module, or a logging.Logger; got {what}.")
+                       f"log_metrics(metrics: dict[str, float], step: int), such as Lightning's loggers or the "
+                       f"mlflow module, or a logging.Logger; got {what}.")
 
 
 class LogsInto(Defers):

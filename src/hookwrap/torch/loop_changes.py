@@ -113,7 +113,7 @@ class GradAccumulation(ShippedCallback):
                  clip_grad_norm: float | None = None, norm_type: float = 2.0, model: Any = "model") -> None:
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise SettingError(f"GradAccumulation: steps must be a whole number >= 1 (the calls of the "
-                            f"optimizer step accumulated into one), got {steps!r}.")
+                               f"optimizer step accumulated into one), got {steps!r}.")
         for name, value in (("event", event), ("loss_event", loss_event)):
             if not isinstance(value, str) or not value:
                 raise SettingError(f"GradAccumulation: {name} must be a join point name, got {value!r}.")
@@ -123,7 +123,7 @@ class GradAccumulation(ShippedCallback):
         self.norm_type = positive_number(norm_type, "norm_type", "GradAccumulation", allow_inf=True)
         if not isinstance(model, str) and not callable(getattr(model, "parameters", None)):
             raise SettingError(f"GradAccumulation: model must be the name of the attribute holding the model "
-                            f"('model') or the module itself, got {model!r}.")
+                               f"('model') or the module itself, got {model!r}.")
         self.model = model
         self.calls = 0  # calls of `event` seen
 

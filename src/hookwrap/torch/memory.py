@@ -51,7 +51,7 @@ class MemoryMonitor(LogsInto, CountingCallback):
                 resolved = torch.device(device)
             except (RuntimeError, TypeError):
                 raise SettingError(f"{where}: device must be a torch.device or a name like 'cuda' or 'cpu', "
-                                f"got {device!r}.") from None
+                                   f"got {device!r}.") from None
         if resolved.type == "cuda" and not torch.cuda.is_available():
             raise HookError(f"{where}(device={device!r}): CUDA is not available here; pass device='cpu' "
                             f"(the process's memory alone).")

@@ -762,7 +762,7 @@ def _check_loggers(loggers: Any) -> list[Any]:
         loggers = [loggers]
     elif isinstance(loggers, (str, bytes, os.PathLike)) or not isinstance(loggers, Iterable):
         raise SettingError(f"MetricsLogger: loggers must be a list of loggers (objects with "
-                        f"log_metrics(metrics, step)), got {_name(loggers)} {loggers!r}.")
+                           f"log_metrics(metrics, step)), got {_name(loggers)} {loggers!r}.")
     checked = [LogRecords(logger) if isinstance(logger, logging.Logger) else
                WandbRun(logger) if _is_wandb(logger) else logger for logger in loggers]
     for i, logger in enumerate(checked):

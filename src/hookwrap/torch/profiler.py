@@ -56,7 +56,7 @@ class Profiler(ShippedCallback):
                 raise SettingError(f"Profiler: {name} must be a whole number >= 0, got {value!r}.")
         if trace_format not in TRACE_FORMATS:
             raise SettingError(f"Profiler: trace_format must be one of {', '.join(map(repr, TRACE_FORMATS))}, "
-                            f"got {trace_format!r}.")
+                               f"got {trace_format!r}.")
         self.trace_format = trace_format
         self.events: tuple[str, ...] = events
         self.dir, self.step_event, self.fit_event = anchored(dir), step_event, fit_event

@@ -63,10 +63,10 @@ class SkipBadSteps(LogsInto, CountingCallback):
         where = "SkipBadSteps"
         if not isinstance(event, str) or not event:
             raise SettingError(f"{where}: event must be the join point of the optimizer step, such as "
-                            f"'optimizer_step', got {event!r}.")
+                               f"'optimizer_step', got {event!r}.")
         if loss_event is not None and (not isinstance(loss_event, str) or not loss_event):
             raise SettingError(f"{where}: loss_event must be a join point name such as 'loss', or None (gradients "
-                            f"only), got {loss_event!r}.")
+                               f"only), got {loss_event!r}.")
         if not isinstance(check_grad_norm, bool):
             raise SettingError(f"{where}: check_grad_norm must be True or False, got {check_grad_norm!r}.")
         if loss_event is None and not check_grad_norm:
@@ -76,7 +76,7 @@ class SkipBadSteps(LogsInto, CountingCallback):
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                       or not math.isfinite(value) or value < 0):
                 raise SettingError(f"{where}: {setting} must be a finite number >= 0, or None (no such test), "
-                                f"got {value!r}.")
+                                   f"got {value!r}.")
         if (spike_rtol is not None or spike_atol is not None) and loss_event is None:
             raise HookError(f"{where}: a spike is a loss against the mean of the last ones, and loss_event=None "
                             f"reads no loss. Name the loss's join point (loss_event='loss').")
@@ -119,14 +119,14 @@ class SkipBadSteps(LogsInto, CountingCallback):
         if hasattr(loss, "detach"):
             if loss.numel() != 1:
                 raise SettingError(f"{self.where}: the loss must be one number, got a tensor of shape "
-                                f"{tuple(loss.shape)} at step {self.step}. Check the join point returning the "
-                                f"reduced loss.")
+                                   f"{tuple(loss.shape)} at step {self.step}. Check the join point returning the "
+                                   f"reduced loss.")
             self._losses.append(loss.detach())
         elif isinstance(loss, (int, float)) and not isinstance(loss, bool):
             self._losses.append(float(loss))
         else:
             raise SettingError(f"{self.where}: the loss must be a tensor of one element or a number, got "
-                            f"{type(loss).__name__} at step {self.step}.")
+                               f"{type(loss).__name__} at step {self.step}.")
 
     # --- the update: judged, then run or skipped -----------------------------------------
 

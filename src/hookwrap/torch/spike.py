@@ -95,7 +95,7 @@ class SpikeDetection(DecidesAtReadBacks, CountingCallback):
         self.window = whole_number(window, "window", where)
         if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
             raise SettingError(f"{where}: warmup must be a whole number >= 0 (losses never counted as spikes), "
-                            f"got {warmup!r}.")
+                               f"got {warmup!r}.")
         for name, value in (("atol", atol), ("rtol", rtol)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                       or not math.isfinite(value)):
@@ -160,11 +160,11 @@ class SpikeDetection(DecidesAtReadBacks, CountingCallback):
         tensor = hasattr(value, "detach")
         if tensor and value.numel() != 1:
             raise SettingError(f"{self.where}: the loss must be one number, got a tensor of shape "
-                            f"{tuple(value.shape)} at step {step}. Watch the join point returning the "
-                            f"reduced loss.")
+                               f"{tuple(value.shape)} at step {step}. Watch the join point returning the "
+                               f"reduced loss.")
         if not tensor and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise SettingError(f"{self.where}: the loss must be a tensor of one element or a number, got "
-                            f"{type(value).__name__} at step {step}.")
+                               f"{type(value).__name__} at step {step}.")
         self._queued = number
         if tensor:
             shared().put(value, functools.partial(self._delivered, number, step))

@@ -98,7 +98,7 @@ def counts_updates(cls: type, update: str = "optimizer_step", opens: tuple[str, 
     updates = join_points(cls, update, where=where)
     if counter is not None and not callable(counter):
         raise SettingError(f"{where}: counter must be a function of the loop object returning its update "
-                        f"count, got {counter!r}.")
+                           f"count, got {counter!r}.")
     axis = (update, opens, counter, f"calls of {update!r}")
     setattr(cls, STEP_AXIS, axis)
     for jp in updates:  # the global tier finds it there

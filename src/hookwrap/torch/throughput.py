@@ -75,17 +75,17 @@ class Throughput(Defers, QueuesReadBacks, CountingCallback):
         self.every = whole_number(every, "every", where)
         if batch is not None and (not isinstance(batch, str) or not batch.isidentifier()):
             raise SettingError(f"{where}: batch must be the name of the step join point's argument that "
-                            f"carries the batch (default 'batch'), or None; got {batch!r}.")
+                               f"carries the batch (default 'batch'), or None; got {batch!r}.")
         if isinstance(samples, bool) or not (samples is None or callable(samples)
                                              or (isinstance(samples, int) and samples >= 1)):
             raise SettingError(f"{where}: samples must be a function of the batch returning its number of "
-                            f"samples, or a whole number >= 1 (the samples of every step); got {samples!r}.")
+                               f"samples, or a whole number >= 1 (the samples of every step); got {samples!r}.")
         if batch is None and not isinstance(samples, int):
             raise HookError(f"{where}: with batch=None there is no batch to pass to samples=; pass "
                             f"samples= a whole number (the samples of every step) or batch= the argument name.")
         if tokens is not None and not callable(tokens) and not (isinstance(tokens, str) and tokens):
             raise SettingError(f"{where}: tokens must be a function of the batch returning its number of "
-                            f"tokens, or the key of a mapping batch whose numel() counts them; got {tokens!r}.")
+                               f"tokens, or the key of a mapping batch whose numel() counts them; got {tokens!r}.")
         if tokens is not None and batch is None:
             raise HookError(f"{where}: tokens= needs a batch to count them from; pass batch= the name of "
                             f"the step join point's argument that carries it.")
@@ -93,7 +93,7 @@ class Throughput(Defers, QueuesReadBacks, CountingCallback):
             raise SettingError(f"{where}: sync must be True or False, got {sync!r}.")
         if not callable(clock):
             raise SettingError(f"{where}: clock must be a function returning seconds (time.perf_counter), "
-                            f"got {clock!r}.")
+                               f"got {clock!r}.")
         logger = checked_logger(logger, where)
         self.batch, self.samples, self.tokens, self.sync = batch, samples, tokens, sync
         self.logger, self.eval_event, self.fit_event, self.clock = logger, eval_event, fit_event, clock
@@ -346,7 +346,7 @@ def _device(device: Any, where: str) -> Any:
         resolved = torch.device(device)
     except (RuntimeError, TypeError):
         raise SettingError(f"{where}: device must be a torch.device or a name like 'cuda' or 'cpu', "
-                        f"got {device!r}.") from None
+                           f"got {device!r}.") from None
     if resolved.type == "cuda":
         if not torch.cuda.is_available():
             raise HookError(f"{where}(device={device!r}): CUDA is not available here; pass device='cpu'.")

@@ -41,8 +41,8 @@ def duration_seconds(duration: Any, where: str) -> float:
         seconds = float(duration)
     if seconds is None or not math.isfinite(seconds) or seconds <= 0:
         raise SettingError(f"{where}: duration must be a time > 0: seconds (a number), a datetime.timedelta, "
-                        f"a dict of timedelta's keywords ({{'hours': 2}}) or a 'DD:HH:MM:SS' string "
-                        f"('00:12:00:00'), got {duration!r}.")
+                           f"a dict of timedelta's keywords ({{'hours': 2}}) or a 'DD:HH:MM:SS' string "
+                           f"('00:12:00:00'), got {duration!r}.")
     return float(seconds)
 
 
@@ -74,10 +74,10 @@ class TimeLimit(ShippedCallback):
         self.duration = duration_seconds(duration, "TimeLimit")
         if interval not in INTERVALS:
             raise SettingError(f"TimeLimit: interval must be 'step' or 'epoch' (when the time is checked), "
-                            f"got {interval!r}.")
+                               f"got {interval!r}.")
         if not callable(clock):
             raise SettingError(f"TimeLimit: clock must be a function returning seconds (time.monotonic), "
-                            f"got {clock!r}.")
+                               f"got {clock!r}.")
         self.interval, self.clock = interval, clock
         self.step_event, self.epoch_event, self.fit_event = step_event, epoch_event, fit_event
         self.checked_event = step_event if interval == "step" else epoch_event
