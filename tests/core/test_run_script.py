@@ -1325,3 +1325,16 @@ def test_a_stand_in_the_real_function_does_not_match_is_said_when_it_is_defined(
     keeps the signature) turns it into ``(*args)``: a callback that fitted the
     stand-in cannot run on it, said when the script defines it, not skipped."""
     _refused_once_defined(hw, tmp_path, capsys, "no_grad", "t4_step", "y", lambda y: None)
+
+
+def test_a_module_the_framework_needs_missing_is_said_as_the_framework_is(hw, tmp_path, capsys, monkeypatch):
+    """HF's Trainer needs accelerate: the transformers preset without it says so, as
+    bad input naming the extra, not a traceback from inside the preset."""
+    pytest.importorskip("transformers", reason="needs the thirdparty extra (transformers)")
+    for name in [n for n in sys.modules if n == "accelerate" or n.startswith("accelerate.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "accelerate", None)
+    assert _runner(hw).run(str(_stepping_script(tmp_path)), [], presets=["transformers"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hookwrap run: --preset 'transformers' needs accelerate, which is not installed here: "
+                          "install it (pip install 'hookwrap[transformers]' torch==")
