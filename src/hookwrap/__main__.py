@@ -68,7 +68,11 @@ def main(argv: list[str] | None = None) -> int:
         description="Run SCRIPT as `python SCRIPT ARGS...` would (its argv, __main__, sys.path and "
                     "exit status), with join points woven and callbacks registered from outside.",
         epilog="example: hookwrap run --preset torch_optim --weave epoch=__main__:train "
-               "--callback 'StepTimer()' train.py --epochs 2",
+               "--callback 'StepTimer()' train.py --epochs 2. "
+               "Surviving a preemption: --callback \"Checkpoint('ck', on_signal='SIGTERM', "
+               "model='__main__:model', optimizer='__main__:optimizer')\" saves ck/signal.pt; the same command "
+               "with resume_from='signal' added replays the script's first steps without their updates and "
+               "goes on from there.",
     )
     run.add_argument("--config", metavar="FILE",
                      help="a run file (TOML) holding these options, kept beside the script: script, args, "

@@ -43,7 +43,9 @@ delivers it to the script as that exception instead, raised from the call of the
 early its own way (``except KeyboardInterrupt:``) runs its ending (loading its best
 model, a test evaluation). ``--state FILE``: each ``torch.save`` of the script writes
 the callbacks' state to FILE, and its ``torch.load`` of that same checkpoint (its own
-resume) gives it back (``_script_state``). Callbacks with a ``summary()`` (``StepTimer``, ``Throughput``)
+resume) gives it back (``_script_state``); ``Checkpoint(resume_from=...)`` on the
+script's run replays its first steps without their updates and loads the file right
+after the saved one (``_script_replay``). Callbacks with a ``summary()`` (``StepTimer``, ``Throughput``)
 print it at the end. Bad input exits with status 2 and a message naming it
 and the fix, before the script runs wherever that can be known.
 """
@@ -64,6 +66,7 @@ from typing import Any, Callable, Sequence
 
 from ._callback import Callback, boundary
 from ._paths import relative_to
+from ._script_replay import BadReplay, RunState, plan_replay
 from ._script_source import inject, last_bindings, stand_in, top_level_names
 from .errors import HookError, StopTraining, UnknownEventError, closest
 
@@ -159,6 +162,7 @@ class Runner:
     # name -> (weave handle, join point) of each stand-in of a script target not defined yet
     _stand_ins: dict[str, list[tuple[Any, Any]]] = field(default_factory=dict)
     _callback_handles: list[tuple[str, Any]] = field(default_factory=list)  # (--callback, its handle)
+    _replay: Any = None  # Checkpoint(resume_from=) on the script's run: its first steps replayed (Replay)
 
     # --- before the script -------------------------------------------------------
 
@@ -226,6 +230,7 @@ class Runner:
         with relative_to(os.getcwd()):
             self.callbacks = [self._evaluate(expr) for expr in self.callback_exprs]
         self._wire_loggers()
+        self._plan_replay()
         if self._pending_script:
             self._weave_stand_ins(tree)
         if not self._pending_script or self._stand_ins:
@@ -233,6 +238,18 @@ class Runner:
         inject(tree, positions)
         # Named by its absolute path, as __file__ is: tracebacks find the source after a chdir.
         return compile(tree, os.path.abspath(path), "exec", dont_inherit=True)
+
+    def _plan_replay(self) -> None:
+        from ._joinpoints import all_join_points
+
+        events = {jp.event for jp in all_join_points()} | {target.event or target.attr for target in self.weaves}
+        try:
+            self._replay = plan_replay(self.callbacks, self._when, self.callback_exprs, not self._makes_fit(),
+                                       self.state, events)
+        except BadReplay as exc:
+            raise BadInput(f"{PROG}: {exc}") from None
+        if self._replay is not None:
+            self._replay.module_of = lambda: self.module
 
     def _weave_stand_ins(self, tree: ast.Module) -> None:
         """Join points in the place of the script's own functions, made from their
@@ -464,6 +481,11 @@ class Runner:
         self._registered = True
         if not self._makes_fit():
             self._fit = ScriptRun.make()  # before the callbacks: they find join point "fit"
+        replay = self._replay
+        if replay is not None:  # the first steps skipped, the callbacks held off until the saved one
+            replay.handle = register_global_callback(replay)
+            self.handles.append(replay.handle)
+            replay.begin_run = self._fit.begin
         for target in self.weaves:  # a join point the script never calls is said at the end
             event = target.event or target.attr
             if event not in self._fired:
@@ -474,6 +496,8 @@ class Runner:
             if id(cb) in self._sinks and not cb.logs_rows_of(None):
                 self._attached.append(cb)  # only other callbacks' values: not attached (its state still kept)
                 continue
+            if replay is not None:
+                when = replay.held_off(when)
             try:
                 handle = register_global_callback(cb) if when is None else register_global_callback(cb, when=when)
                 self.handles.append(handle)
@@ -489,7 +513,18 @@ class Runner:
             self._attached.append(cb)
         if self._state is not None:
             self._state.attach(self._attached)
-        if self._fit is not None:
+        if self._fit is not None:  # the script is the run: a Checkpoint saves its callbacks' state
+            run_state = RunState(self._attached)
+            checkpoints = sys.modules.get("hookwrap.torch.checkpoint")
+            for cb in self._attached:
+                if checkpoints is not None and isinstance(cb, checkpoints.Checkpoint):
+                    cb.run_state = run_state
+        if replay is not None:
+            try:
+                replay.check_callbacks(run_state)
+            except BadReplay as exc:
+                raise BadInput(f"{PROG}: {exc}") from None
+        elif self._fit is not None:
             self._fit.begin()
 
     def _makes_fit(self) -> bool:
@@ -503,6 +538,11 @@ class Runner:
         fit, self._fit = self._fit, None
         if fit is not None:
             fit.end(exc)
+        if self._replay is not None:
+            try:
+                self._replay.end(ended_normally=exc is None)
+            except BadReplay as bad:
+                raise BadInput(f"{PROG}: {bad}") from None
 
     # --- while the script runs ---------------------------------------------------
 
@@ -545,6 +585,8 @@ class Runner:
     # --- after ----------------------------------------------------------------------
 
     def undo(self) -> None:
+        if self._replay is not None:
+            self._replay.end(ended_normally=False)  # what it held off put back, however the run ended
         self.end_run(None)  # a run that ended before its end was seen (BadInput mid-script)
         for handle, _ in (pair for pairs in self._stand_ins.values() for pair in pairs):
             handle.remove()

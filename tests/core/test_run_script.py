@@ -1327,6 +1327,7 @@ def test_a_stand_in_the_real_function_does_not_match_is_said_when_it_is_defined(
     _refused_once_defined(hw, tmp_path, capsys, "no_grad", "t4_step", "y", lambda y: None)
 
 
+@pytest.mark.third_party
 def test_a_module_the_framework_needs_missing_is_said_as_the_framework_is(hw, tmp_path, capsys, monkeypatch):
     """HF's Trainer needs accelerate: the transformers preset without it says so, as
     bad input naming the extra, not a traceback from inside the preset."""

@@ -319,6 +319,10 @@ class Checkpoint(MonitoredCallback):
         self._rng_completed: dict[str, Any] | None = None
         self._interrupted = False  # saved on a signal or an exception in this fit already
         self._counts_completed = False  # a post-step keeps _completed (on_exception, on_signal)
+        # hookwrap run, where the script is the run (no object to read them from): the
+        # state of the run's callbacks, which every file holds and a resume gives back
+        # (state() and load(state, strict, where)).
+        self.run_state: Any = None
         super().__init__(monitor or "", mode, min_delta, event, step_event)
         self.monitor: str | None = monitor  # type: ignore[assignment]
 
@@ -704,7 +708,7 @@ class Checkpoint(MonitoredCallback):
         if rng is None:
             rng = self._rng_now()
         state.update(step=self.step, epoch=self.epoch, rng=gather_ranks(rng),
-                     callbacks=_callback_state(obj if obj is not None else self._target),
+                     callbacks=self._state_of_callbacks(obj if obj is not None else self._target),
                      monitor=self.monitor, best=self.best.value)
         return state
 
@@ -758,6 +762,19 @@ class Checkpoint(MonitoredCallback):
                     pass  # the error that rolled back is the one raised
 
     # --- resuming -----------------------------------------------------------------------
+
+    def _state_of_callbacks(self, target: Any) -> dict[str, Any]:
+        """The state of the callbacks a file holds: the run's (``run_state``), else
+        those attached to ``target`` (none without one)."""
+        if self.run_state is not None:
+            return dict(self.run_state.state())
+        return _callback_state(target) if target is not None else {}
+
+    def _load_state_of_callbacks(self, target: Any, state: dict[str, Any], strict: bool) -> None:
+        if self.run_state is not None:
+            self.run_state.load(state, strict, self.where)
+        elif target is not None:
+            _load_callback_state(target, state, strict)
 
     def _resume_at_fit(self, obj: Any) -> None:
         assert self.resume_from is not None
@@ -866,9 +883,8 @@ class Checkpoint(MonitoredCallback):
         if not shards:
             _check_fits(found["model"], state["model"], f"{self.where}: {str(file)!r}")
         target = obj if obj is not None else self._target
-        before = _callback_state(target) if target is not None else None
-        if target is not None:  # all or nothing (load_callback_state)
-            _load_callback_state(target, self._own_state(state["callbacks"]), strict)
+        before = self._state_of_callbacks(target)
+        self._load_state_of_callbacks(target, self._own_state(state["callbacks"]), strict)  # all or nothing
         try:
             if shards:  # every rank reads its own shards (a collective)
                 self.io.load_sharded(file, found["model"], found["optimizer"])
@@ -876,8 +892,7 @@ class Checkpoint(MonitoredCallback):
                 if found[what] is not None and what not in shards:
                     found[what].load_state_dict(state[what])
         except Exception:
-            if target is not None and before is not None:
-                _load_callback_state(target, before, strict=False)
+            self._load_state_of_callbacks(target, before, strict=False)
             raise
         if not shards:
             found["model"].load_state_dict(state["model"])

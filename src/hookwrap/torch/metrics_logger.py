@@ -640,6 +640,15 @@ class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
         if self.tensorboard is not None:
             self.tensorboard.resume()
 
+    def redo_from_resumed_step(self) -> None:
+        """After ``load_state_dict``: the resumed run logs everything from the step it
+        resumed at again, rows written before the state was saved included (``hookwrap
+        run`` replaying a script to the step of a Checkpoint saved on an exception,
+        after that step's loss was logged), so every CSV row of that step or later is
+        moved aside at the first row logged."""
+        if self.csv is not None and is_rank_zero():
+            self.csv.resume_at(0)
+
     def __getstate__(self) -> dict[str, Any]:
         self.read_back()
         self.flush()  # the rows go from here, not from the copy (nothing left to read back then)

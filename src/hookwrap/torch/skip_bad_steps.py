@@ -133,7 +133,7 @@ class SkipBadSteps(LogsInto, CountingCallback):
     def _choose_guard(self, jp: JoinPointInfo) -> Callable[..., Any]:
         """The around advice on this join point: where it is given the step's closure
         (Lightning's ``optimizer_closure``), that closure runs before the step is judged."""
-        closure = _closure_position(jp)
+        closure = closure_position(jp)
         if jp.has_object:
             def guard_method(obj: Any, proceed: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
                 optimizer = from_object(obj, self.optimizer, "optimizer", self.where)
@@ -235,7 +235,7 @@ class SkipBadSteps(LogsInto, CountingCallback):
         self._good = deque((float(v) for v in state["good"]), maxlen=self.window)
 
 
-def _closure_position(jp: JoinPointInfo) -> tuple[str, int] | None:
+def closure_position(jp: JoinPointInfo) -> tuple[str, int] | None:
     """The name and position (after the object) of the join point's closure argument."""
     import inspect
 
