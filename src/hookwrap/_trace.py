@@ -157,13 +157,25 @@ class _Steps:
     done: int = 0
     by_optimizer: Counter[int] = field(default_factory=Counter)
     optimizers: dict[int, Any] = field(default_factory=dict)
+    cycle: list[int] = field(default_factory=list)  # the optimizers in the order they step, until one steps again
+    _cycled: bool = False
 
     def __call__(self, obj: Any) -> None:
         self.done += 1
         self.by_optimizer[id(obj)] += 1
         self.optimizers[id(obj)] = obj
+        if not self._cycled:
+            self._cycled = id(obj) in self.cycle
+            if not self._cycled:
+                self.cycle.append(id(obj))
         if self.done >= self.wanted:
             raise _Traced
+
+    @property
+    def last_of_iteration(self) -> int | None:
+        """The optimizer that steps last in each iteration (dcgan: G, after D), once
+        the first has stepped again; None before."""
+        return self.cycle[-1] if self._cycled and len(self.cycle) > 1 else None
 
 
 def trace(script: str, args: list[str], steps: int = 20, out: Any = None) -> int:
@@ -244,6 +256,11 @@ def _report(script: str, args: list[str], ended: str, watch: _Watch, counted: _S
             f"--steps past it: the command then logs the evaluation, and the loss of training alone "
             f"(--train-only loss).")
         say()
+    last = counted.last_of_iteration
+    if last is not None and names.get(last) is not None:
+        say(f"{len(counted.cycle)} optimizers step in turn: the MetricsLogger counts {names[last]}'s steps, the "
+            f"last of each iteration (--when), so each row is at its iteration's number.")
+        say()
     say("logs the loss, the evaluation and the updates to metrics.csv:")
     say("  " + shlex.join(command))
 
@@ -272,6 +289,10 @@ def _proposal(script: str, args: list[str], seen: list[_Seen], evaluation: _Seen
             parameter, name, _ = evaluation.data_argument
             command += ["--only", f"evaluate: {parameter} is {name}"]
     command += ["--callback", 'MetricsLogger("metrics.csv")']
+    last = counted.last_of_iteration
+    if last is not None and names.get(last) is not None:
+        # Its steps counted, an iteration's losses (D's and G's) share the iteration's number.
+        command += ["--when", f"obj is {names[last]}"]
     optimizers = [names.get(opt_id) for opt_id in counted.by_optimizer]
     if len(optimizers) == 1:
         command += ["--callback", 'LRMonitor(event="step")']

@@ -77,6 +77,10 @@ def test_dcgan_two_optimizers_each_its_own_learning_rate(tmp_path):
     assert "0.50  Adam.step  (optimizerD)" in report and "0.50  Adam.step  (optimizerG)" in report
     assert "--when 'obj is optimizerD'" in report and "evaluate=" not in report  # it evaluates nothing
     assert [v for _, n, v in rows if n == "loss"] == _printed(out, "losses ")  # D real, D fake, G: each call
+    # MetricsLogger counts G's steps, the last of each iteration: the three losses of
+    # iteration i share its number (counting both optimizers, they were at 2i, 2i, 2i+1).
+    assert "--callback 'MetricsLogger(\"metrics.csv\")' --when 'obj is optimizerG'" in report
+    assert [step for step, n, _ in rows if n == "loss"] == [i for i in range(4) for _ in range(3)]
     assert [v for _, n, v in rows if n == "lr_optimizerD"] == [2e-4] * 4
     assert [v for _, n, v in rows if n == "lr_optimizerG"] == [1e-4] * 4
 
