@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from ._callback import Callback, keyed_by_state_key, load_keyed_state
 
-__all__ = ["BadReplay", "Replay", "RunState", "plan_replay"]
+__all__ = ["BadReplay", "HeldOff", "Replay", "RunState", "plan_replay"]
 
 PROG = "hookwrap run"
 
@@ -122,7 +122,7 @@ class Replay(Callback):
         self.counted = 0
         self.begin_run: Callable[[], None] = lambda: None  # the script's run starts: pre-fit
         self.module_of: Callable[[], Any] = lambda: None  # the script's module, where its own open() is held off
-        self._held: _Held | None = None
+        self._held: HeldOff | None = None
         self._started = 0.0
         self.handle: Any = None  # its registration, removed once arrived
         self.run_state: RunState | None = None  # the run's callbacks, whose state the Checkpoint loads
@@ -204,7 +204,7 @@ class Replay(Callback):
         print(f"{PROG}: resuming from {self.file}: replaying the script's first {self.steps} steps without their "
               f"updates (their output, the script's own saves and the callbacks held off until then)",
               file=sys.stderr)
-        self._held = _Held(self.module_of())
+        self._held = HeldOff(self.module_of())
 
     def _arrive(self) -> None:
         self.replaying = False
@@ -249,16 +249,19 @@ class _Discarded:
         return getattr(self.shown, name)
 
 
-class _Held:
-    """The script's output and saves, held off while it replays; ``release()`` puts
-    them back (once)."""
+class HeldOff:
+    """The script's saves (``torch.save``; ``open`` for writing, in the script's
+    module, opens the null device), and with ``output`` its ``sys.stdout``, held off
+    from now until ``release()`` (once): what a replay (or a trace) must not write.
+    ``saves`` names the files spared."""
 
-    def __init__(self, module: Any) -> None:
+    def __init__(self, module: Any, output: bool = True) -> None:
         import torch
 
         self.saves: set[str] = set()
-        self.stdout = _Discarded(sys.stdout)
-        sys.stdout = self.stdout
+        self.stdout = _Discarded(sys.stdout) if output else None
+        if self.stdout is not None:
+            sys.stdout = self.stdout
         self.torch, self.save = torch, torch.save
         saves = self.saves
 
@@ -280,13 +283,13 @@ class _Held:
 
     @property
     def lines(self) -> int:
-        return self.stdout.lines
+        return self.stdout.lines if self.stdout is not None else 0
 
     def release(self) -> None:
         if self.released:
             return
         self.released = True
-        if sys.stdout is self.stdout:
+        if self.stdout is not None and sys.stdout is self.stdout:
             sys.stdout = self.stdout.shown
         self.torch.save = self.save
         if self.module is not None:

@@ -66,7 +66,7 @@ from typing import Any, Callable, Sequence
 
 from ._callback import Callback, boundary
 from ._paths import relative_to
-from ._script_replay import BadReplay, RunState, plan_replay
+from ._script_replay import BadReplay, HeldOff, RunState, plan_replay
 from ._script_source import inject, last_bindings, stand_in, top_level_names
 from .errors import HookError, StopTraining, UnknownEventError, closest
 
@@ -903,7 +903,8 @@ def _script_traceback(tb: TracebackType | None) -> TracebackType | None:
 
 def run(script: str, args: Sequence[str] = (), presets: Sequence[str] = (), weaves: Sequence[str] = (),
         callbacks: Sequence[Any] = (), train_only: Sequence[str] = (), only: Sequence[str] = (),
-        stop_as: str | None = None, state: str | None = None, when: Sequence[str | None] = ()) -> int:
+        stop_as: str | None = None, state: str | None = None, when: Sequence[str | None] = (),
+        spared: set[str] | None = None) -> int:
     """Run ``script`` with ``args`` as ``python script.py args`` would, with the presets,
     weaves and callbacks applied, then undo them all; returns the exit status (the
     script's ``sys.exit`` code; 1 after printing an uncaught exception; 2 for bad
@@ -914,7 +915,8 @@ def run(script: str, args: Sequence[str] = (), presets: Sequence[str] = (), weav
     ``stop_as``: the exception a stop is delivered to the script as (``--stop-as``);
     ``state``: the file the callbacks' state rides on the script's checkpoints in
     (``--state``). ``when``: each callback's condition (``--when``) or None, in the
-    order of ``callbacks``."""
+    order of ``callbacks``. ``spared``: given, the script's own saves are skipped
+    (``hookwrap trace``: its files stay as they are) and their paths added to it."""
     if len(when) > len(callbacks):
         raise ValueError(f"run: {len(when)} conditions for {len(callbacks)} callbacks: give one (or None) each")
     runner = Runner(script, list(args), list(presets), [], list(callbacks), list(train_only), list(only),
@@ -923,6 +925,7 @@ def run(script: str, args: Sequence[str] = (), presets: Sequence[str] = (), weav
     saved_main = sys.modules.get("__main__")
     _active.append(runner)
     path = os.path.abspath(script)
+    held: HeldOff | None = None
     try:
         # As the script will see them, before anything is imported: a module woven
         # with --weave may sit beside the script.
@@ -940,6 +943,8 @@ def run(script: str, args: Sequence[str] = (), presets: Sequence[str] = (), weav
         vars(module).update(__file__=path, __spec__=None, __package__=None, __cached__=None,
                             __loader__=None)
         sys.modules["__main__"] = module
+        if spared is not None:
+            held = HeldOff(module, output=False)
         try:
             # The script's end settles every deferring callback (rows written, NaN
             # checks decided) before they are removed, however it ends.
@@ -979,6 +984,9 @@ def run(script: str, args: Sequence[str] = (), presets: Sequence[str] = (), weav
                   f"script's own ending ran)", file=sys.stderr)
         return 0
     finally:
+        if held is not None and spared is not None:
+            held.release()
+            spared.update(held.saves)
         _active.remove(runner)
         if runner.module is not None:
             for line in runner.summary():

@@ -206,8 +206,10 @@ def trace(script: str, args: list[str], steps: int = 20, out: Any = None) -> int
     previous = sys.getprofile()
     sys.setprofile(watch)
     ended = "ran to its end"
+    spared: set[str] = set()  # the script's saves, skipped: a trace writes none of its files
     try:
-        status = run(script, args, presets=["torch_optim"], callbacks=[("post-step", name_optimizers)])
+        status = run(script, args, presets=["torch_optim"], callbacks=[("post-step", name_optimizers)],
+                     spared=spared)
     except _Traced:
         status, ended = 0, f"stopped after {counted.done} optimizer steps (--steps {steps})"
     finally:
@@ -216,18 +218,20 @@ def trace(script: str, args: list[str], steps: int = 20, out: Any = None) -> int
         print(f"{PROG}: {script} ended with status {status} before it was traced: fix the run above.",
               file=sys.stderr)
         return status
-    _report(script, args, ended, watch, counted, names, out)
+    _report(script, args, ended, watch, counted, names, spared, out)
     return 0
 
 
 def _report(script: str, args: list[str], ended: str, watch: _Watch, counted: _Steps, names: dict[int, str],
-            out: Any) -> None:
+            spared: set[str], out: Any) -> None:
     steps = max(counted.done, 1)
 
     def say(line: str = "") -> None:
         print(line, file=out)
 
     say(f"{PROG}: {script} {ended}.")
+    if spared:
+        say(f"Its saves were skipped, so its files stay as they were: {', '.join(sorted(spared))}.")
     if not counted.done:
         say("No torch.optim optimizer stepped: nothing is counted per step, and no update to log.")
     say()

@@ -96,3 +96,30 @@ def test_steps_stops_the_script_and_a_failing_script_is_its_own_error(tmp_path):
     traced = _hookwrap("trace", "broken.py", cwd=tmp_path)
     assert traced.returncode == 1 and "RuntimeError: no data" in traced.stderr
     assert "broken.py ended with status 1 before it was traced" in traced.stderr
+
+
+def test_a_trace_leaves_the_scripts_files_as_they_were(tmp_path):
+    """The script saves its checkpoint each step (torch.save to a path, and through a
+    file it opens): traced, the files of the run it would resume stay as they were,
+    and the report names them."""
+    (tmp_path / "saves.py").write_text(
+        "import torch\n"
+        "model = torch.nn.Linear(2, 1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for i in range(3):\n"
+        "    loss = torch.nn.functional.mse_loss(model(torch.ones(4, 2)), torch.zeros(4, 1))\n"
+        "    optimizer.zero_grad()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "    torch.save(model.state_dict(), 'ckpt.pt')\n"
+        "    with open('best.pt', 'wb') as f:\n"
+        "        torch.save(model, f)\n"
+        "print('saved')\n")
+    for name in ("ckpt.pt", "best.pt"):
+        (tmp_path / name).write_bytes(b"the run's own")
+    traced = _hookwrap("trace", "saves.py", cwd=tmp_path)
+    assert traced.returncode == 0, traced.stderr
+    assert "saved" in traced.stdout  # it ran to its end
+    assert "Its saves were skipped, so its files stay as they were: best.pt, ckpt.pt." \
+        in traced.stdout
+    assert (tmp_path / "ckpt.pt").read_bytes() == (tmp_path / "best.pt").read_bytes() == b"the run's own"
