@@ -10,9 +10,11 @@ modification time). When the script loads that very checkpoint with ``torch.load
 A script that saves right after an evaluation and resumes at the top of that same
 iteration (nanoGPT: ``iter_num`` saved, the loop resumed at it) evaluates again: that
 evaluation replaces the one the checkpoint saw, so EarlyStopping's patience is not
-spent twice. Where the run has a ``step`` join point, the state from before that
-evaluation is saved too, and the first evaluation after the resume that comes before
-any step decides from it. A checkpoint changed since (a save that ended before
+spent twice. Where the run has a ``step`` join point (else a ``loss`` one, its calls
+with gradients enabled marking training), the state from before that evaluation is
+saved too, and the first evaluation after the resume that comes before any training
+decides from it. With neither, a redone evaluation cannot be told from the next, and
+the resume says so. A checkpoint changed since (a save that ended before
 ``FILE`` was written) is said, and the callbacks start afresh. ``FILE`` is plain data, read with
 ``torch.load(weights_only=True)``, and written whole or not at all."""
 
@@ -162,8 +164,9 @@ class ScriptState:
 
         self.callbacks = callbacks
         events = {jp.event for jp in all_join_points()}
-        if "step" in events and "evaluate" in events and self._keyed():
-            self._tracker = _EvaluationsAndSteps(self)
+        training = "step" if "step" in events else "loss" if "loss" in events else None
+        if "evaluate" in events and self._keyed():
+            self._tracker = _EvaluationsAndSteps(self, training)
             self._tracker_handle = register_global_callback(self._tracker)
         if self._pending is not None:
             self._restore()
@@ -189,25 +192,41 @@ class ScriptState:
         load_keyed_state(self._keyed(), state, f"{PROG}: --state {self.path} (saved with {self.restored_from})",
                          "Resume with the --callback options of the run that saved it, or give another --state "
                          "file to start afresh.")
-        if self._tracker is None:
-            self._redo = None  # no step join point: nothing tells a redone evaluation from the next one
+        if self._redo is not None and (self._tracker is None or self._tracker.training is None):
+            self._redo = None  # no step or loss join point: nothing tells a redone evaluation from the next one
+            print(f"{PROG}: --state: {self.restored_from} was saved after an evaluation; if the script does it "
+                  f"again, it counts twice (EarlyStopping's patience, a CSV row): nothing tells training apart "
+                  f"here. Give the run a step join point (--preset torch_optim) or its loss (--weave "
+                  f"loss=MODULE:FUNCTION).", file=sys.stderr)
         print(f"{PROG}: the callbacks' state goes on from {self.path} (saved with {self.restored_from})",
               file=sys.stderr)
 
 
 class _EvaluationsAndSteps(Callback):
-    """Tells ``ScriptState`` when an evaluation begins and a step ends."""
+    """Tells ``ScriptState`` when an evaluation begins and training goes on: a step
+    ends, or (``training="loss"``) a loss is computed with gradients enabled (None:
+    nothing marks training, and a resume says what that costs)."""
 
-    def __init__(self, state: ScriptState) -> None:
-        self.state = state
+    def __init__(self, state: ScriptState, training: str | None) -> None:
+        self.state, self.training = state, training  # None: no join point marks training
 
     def event_methods(self, target: Any) -> list[tuple[str, Any]]:
         from .extend import reader
 
-        return [("pre-evaluate", reader(self._evaluation, "pre-")), ("post-step", reader(self._step, "post-"))]
+        pairs = [("pre-evaluate", reader(self._evaluation, "pre-"))]
+        if self.training is not None:
+            step = self._loss if self.training == "loss" else self._step
+            pairs.append((f"post-{self.training}", reader(step, "post-")))
+        return pairs
 
     def _evaluation(self, obj: Any) -> None:
         self.state.before_evaluation()
 
     def _step(self, obj: Any) -> None:
         self.state.after_step()
+
+    def _loss(self, obj: Any) -> None:
+        import torch
+
+        if torch.is_grad_enabled():  # training's, not an evaluation's under no_grad
+            self.state.after_step()

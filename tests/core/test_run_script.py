@@ -6,6 +6,8 @@ test samples in one batch."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import importlib
 import os
 import pickle
@@ -909,6 +911,44 @@ def test_state_resume_gives_the_uninterrupted_runs_csv(hw, tmp_path, capsys):
     aside = (tmp_path / "run" / "metrics.before-resume.csv").read_text().splitlines()
     assert aside[1:] == [row for row in straight[1:] if int(row.split(",")[0]) == 6]
 
+
+
+@pytest.mark.filterwarnings("ignore:.*every row this callback logs is numbered step 0")  # said, and so here
+@pytest.mark.parametrize("weaves", [["loss=torch.nn.functional:mse_loss"], []])
+def test_state_without_a_step_join_point_counts_the_redone_evaluation_once(hw, tmp_path, capsys, weaves):
+    """No step join point (the script updates by hand, or no preset): the loss's calls
+    with gradients mark training, so the evaluation the resumed run redoes replaces the
+    one the checkpoint saw: the CSV and EarlyStopping's stop are the uninterrupted
+    run's. With no loss either, nothing tells it apart, and the resume says so."""
+    probe = _script(tmp_path, _RESUMES_ITSELF)
+    run = _runner(hw).run
+    gc.collect()  # no join point named loss left alive by earlier tests
+
+    def ran(folder: str, *args: str, state: str | None = None) -> str:
+        out = tmp_path / folder
+        out.mkdir(exist_ok=True)
+        status = run(str(probe), ["--out", str(out), *args], state=state,
+                     weaves=["evaluate=__main__:estimate_loss", *weaves],
+                     callbacks=["EarlyStopping('return_value', patience=2)",
+                                f"MetricsLogger({str(out / 'metrics.csv')!r}, tensorboard=False)"])
+        err = capsys.readouterr().err
+        assert status == 0, err
+        return next((line for line in err.splitlines() if "stopped:" in line), "") + \
+            "\n".join(line for line in err.splitlines() if "nothing tells training apart" in line)
+
+    straight = ran("straight", "--iters", "20")
+    state = str(tmp_path / "run" / "hookwrap.state.pt")
+    ran("run", "--iters", "7", state=state)
+    # The rows logged again are moved aside where the evaluation redone is told apart.
+    with pytest.warns(hw.HookwrapWarning, match="moved to") if weaves else contextlib.nullcontext():
+        resumed = ran("run", "--iters", "20", "--resume", state=state)
+    rows = (tmp_path / "run" / "metrics.csv").read_text()
+    if weaves:
+        assert resumed == straight and "now 3.6" in straight
+        assert rows == (tmp_path / "straight" / "metrics.csv").read_text()
+    else:
+        assert "was saved after an evaluation; if the script does it again, it counts twice" in resumed
+        assert "--preset torch_optim" in resumed and rows.count("metric,3.5") == 2  # said, as it happens
 
 _TWO_MODELS = """
     import torch
