@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
                        help="only the implementation in use, in this process")
     run = commands.add_parser(
         "run", usage="%(prog)s [-h] [--config FILE] [--preset NAME] [--weave [EVENT=]MODULE:ATTR] [--train-only EVENT] "
-                     "[--only 'EVENT: CONDITION'] [--callback EXPR [--when CONDITION]] [--stop-as EXCEPTION] [--state FILE] script [args ...]",
+                     "[--only 'EVENT: CONDITION'] [--callback EXPR [--when CONDITION]] [--stop-as EXCEPTION] [--state FILE] [--step EXPR] script [args ...]",
         help="run a script with weaves and callbacks applied from outside",
         description="Run SCRIPT as `python SCRIPT ARGS...` would (its argv, __main__, sys.path and "
                     "exit status), with join points woven and callbacks registered from outside.",
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--config", metavar="FILE",
                      help="a run file (TOML) holding these options, kept beside the script: script, args, "
                           "preset, weave, train_only, only, callback (strings, or {expr, when} tables), "
-                          "stop_as, state; options given here as well add to its lists and replace its "
+                          "stop_as, state, step; options given here as well add to its lists and replace its "
                           "single values")
     run.add_argument("--preset", action="append", default=[], metavar="NAME",
                      help="apply a ready-made weave of hookwrap.integrations: " + ", ".join(
@@ -113,6 +113,10 @@ def main(argv: list[str] | None = None) -> int:
                      help="keep the callbacks' state across the script's own resume: each torch.save of the "
                           "script writes it to FILE, and its torch.load of that checkpoint (--init_from=resume) "
                           "gives it back, so best values, patience and step counts go on")
+    run.add_argument("--step", metavar="EXPR",
+                     help="number the MetricsLogger's rows by the script's own step counter, EXPR a Python "
+                          "expression of its globals read when a row is logged (--step iter_num: nanoGPT's "
+                          "iteration, before and after its own resume); by default the optimizer steps counted")
     # One REMAINDER for the script and its arguments: argparse hands it what follows
     # the script as written. A positional `script` of its own would take a `--` right
     # after it as its own end-of-options mark, and the script would never see it
@@ -146,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             run.error("the following arguments are required: script (or script = \"...\" in a --config file)")
         return run_script(command[0], command[1:], args.preset, args.weave, args.callback,
                           train_only=args.train_only, only=args.only, stop_as=args.stop_as,
-                          state=args.state, when=args.when)
+                          state=args.state, when=args.when, step=args.step)
     if args.command == "trace":
         from ._trace import trace
 

@@ -12,6 +12,7 @@ the command line, written as it would be typed there:
                  when = "obj is optimizerD"}]
     stop_as = "KeyboardInterrupt"
     state = "run.state.pt"
+    step = "iter_num"
 
 Paths are read as on the command line: from the folder ``hookwrap run`` runs in.
 Options given on the command line as well add to the file's lists and replace its
@@ -29,7 +30,7 @@ __all__ = ["RunFile", "RunFileError", "read_run_file"]
 
 PROG = "hookwrap run"
 _LISTS = ("preset", "weave", "train_only", "only", "args")
-_SINGLE = ("script", "stop_as", "state")
+_SINGLE = ("script", "stop_as", "state", "step")
 
 
 class RunFileError(Exception):

@@ -141,6 +141,7 @@ class Runner:
     _stop_as: Any = None  # its class, resolved before the script runs
     stopped: list[str] = field(default_factory=list)  # stops delivered as _stop_as: why
     state: str | None = None  # --state FILE: the callbacks' state rides on the script's checkpoints
+    step: str | None = None  # --step EXPR: the script's own counter numbers the MetricsLoggers' rows
     when: list[str | None] = field(default_factory=list)  # --when: each --callback's condition, or None
     _state: Any = None  # its ScriptState, installed before the script runs
     _conditions: dict[str, str] = field(default_factory=dict)  # event -> the EXPR of --only
@@ -230,6 +231,8 @@ class Runner:
         with relative_to(os.getcwd()):
             self.callbacks = [self._evaluate(expr) for expr in self.callback_exprs]
         self._wire_loggers()
+        if self.step is not None:
+            self._number_rows_by(self.step)
         self._plan_replay()
         if self._pending_script:
             self._weave_stand_ins(tree)
@@ -238,6 +241,32 @@ class Runner:
         inject(tree, positions)
         # Named by its absolute path, as __file__ is: tracebacks find the source after a chdir.
         return compile(tree, os.path.abspath(path), "exec", dont_inherit=True)
+
+    def _number_rows_by(self, expr: str) -> None:
+        """``--step EXPR``: every MetricsLogger of the run numbers its rows by EXPR, an
+        expression of the script's globals (``iter_num``) read when a row is logged."""
+        try:
+            code = compile(expr, f"--step {expr}", "eval")
+        except SyntaxError as exc:
+            raise BadInput(f"{PROG}: --step {expr!r}: not a Python expression ({exc.msg}). Name the script's "
+                           f"own step counter (--step iter_num).") from None
+        loggers = sys.modules.get("hookwrap.torch.metrics_logger")
+        numbered = [cb for cb in self.callbacks if loggers is not None and isinstance(cb, loggers.MetricsLogger)]
+        if not numbered:
+            raise BadInput(f"{PROG}: --step {expr!r} numbers the rows of the run's MetricsLogger, and it has none. "
+                           f"Add --callback 'MetricsLogger(\"metrics.csv\")'.")
+        modules = sys.modules  # "__main__" is the script's only once it runs
+
+        def counter() -> Any:
+            try:
+                return eval(code, vars(modules["__main__"]))  # noqa: S307 - the user's own
+            except Exception as exc:
+                raise HookError(f"{PROG}: --step {expr!r} failed when a row was logged: {type(exc).__name__}: "
+                                f"{exc}. Name a global the script keeps its step in (nanoGPT: iter_num), bound "
+                                f"before its first row.") from exc
+
+        for cb in numbered:
+            cb.step_from = counter
 
     def _plan_replay(self) -> None:
         from ._joinpoints import all_join_points
@@ -904,7 +933,7 @@ def _script_traceback(tb: TracebackType | None) -> TracebackType | None:
 def run(script: str, args: Sequence[str] = (), presets: Sequence[str] = (), weaves: Sequence[str] = (),
         callbacks: Sequence[Any] = (), train_only: Sequence[str] = (), only: Sequence[str] = (),
         stop_as: str | None = None, state: str | None = None, when: Sequence[str | None] = (),
-        spared: set[str] | None = None) -> int:
+        spared: set[str] | None = None, step: str | None = None) -> int:
     """Run ``script`` with ``args`` as ``python script.py args`` would, with the presets,
     weaves and callbacks applied, then undo them all; returns the exit status (the
     script's ``sys.exit`` code; 1 after printing an uncaught exception; 2 for bad
@@ -915,12 +944,13 @@ def run(script: str, args: Sequence[str] = (), presets: Sequence[str] = (), weav
     ``stop_as``: the exception a stop is delivered to the script as (``--stop-as``);
     ``state``: the file the callbacks' state rides on the script's checkpoints in
     (``--state``). ``when``: each callback's condition (``--when``) or None, in the
-    order of ``callbacks``. ``spared``: given, the script's own saves are skipped
+    order of ``callbacks``. ``step``: an expression of the script's globals that
+    numbers every MetricsLogger row (``--step``). ``spared``: given, the script's own saves are skipped
     (``hookwrap trace``: its files stay as they are) and their paths added to it."""
     if len(when) > len(callbacks):
         raise ValueError(f"run: {len(when)} conditions for {len(callbacks)} callbacks: give one (or None) each")
     runner = Runner(script, list(args), list(presets), [], list(callbacks), list(train_only), list(only),
-                    stop_as, state=state, when=[*when, *[None] * (len(callbacks) - len(when))])
+                    stop_as, state=state, when=[*when, *[None] * (len(callbacks) - len(when))], step=step)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     saved_main = sys.modules.get("__main__")
     _active.append(runner)

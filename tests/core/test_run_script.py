@@ -950,6 +950,39 @@ def test_state_without_a_step_join_point_counts_the_redone_evaluation_once(hw, t
         assert "was saved after an evaluation; if the script does it again, it counts twice" in resumed
         assert "--preset torch_optim" in resumed and rows.count("metric,3.5") == 2  # said, as it happens
 
+
+def test_step_numbers_the_rows_by_the_scripts_own_counter_across_its_resume(hw, tmp_path, capsys):
+    """--step iter_num: the script resumed its own way (no --state) logs its rows at
+    its iteration, as the run that never stopped did; counted afresh they would start
+    at step 0 again. Bad input is refused before the script runs."""
+    probe = _script(tmp_path, _RESUMES_ITSELF)
+    run = _runner(hw).run
+
+    def rows(csv_name: str, *args: str, step: str | None = "iter_num") -> list[tuple[int, str, str]]:
+        path = tmp_path / csv_name
+        status = run(str(probe), ["--out", str(tmp_path), *args], presets=["torch_optim"], step=step,
+                     weaves=["evaluate=__main__:estimate_loss", "loss=torch.nn.functional:mse_loss"],
+                     callbacks=[f"MetricsLogger({str(path)!r}, tensorboard=False)"])
+        assert status == 0, capsys.readouterr().err
+        return [(int(r.split(",")[0]), r.split(",")[1], r.split(",")[2]) for r in path.read_text().splitlines()[1:]]
+
+    straight = rows("straight.csv", "--iters", "10")
+    assert [s for s, name, _ in straight if name == "loss"] == list(range(10))
+    rows("first.csv", "--iters", "7")
+    resumed = rows("resumed.csv", "--iters", "10", "--resume")
+    assert resumed == [row for row in straight if row[0] >= 6]  # iter 6 on, at iter 6 on
+    afresh = rows("afresh.csv", "--iters", "10", "--resume", step=None)
+    assert [s for s, name, _ in afresh if name == "loss"] == [0, 1]  # iters 8 and 9 (the last checkpoint's)
+    capsys.readouterr()
+    for step, message in (("iter num", "not a Python expression"), ("no_such_counter", "failed when a row was "
+                                                                                      "logged: NameError")):
+        status = run(str(probe), ["--out", str(tmp_path), "--iters", "2"], presets=["torch_optim"], step=step,
+                     weaves=["loss=torch.nn.functional:mse_loss"], callbacks=["MetricsLogger('m.csv')"])
+        assert status in (1, 2) and message in capsys.readouterr().err
+    assert run(str(probe), [], step="iter_num", callbacks=["StepTimer()"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "numbers the rows of the run's MetricsLogger, and it has none" in err
+
 _TWO_MODELS = """
     import torch
     torch.manual_seed(0)

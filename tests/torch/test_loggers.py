@@ -140,6 +140,25 @@ def test_a_logger_of_your_own_gets_each_step_once_in_order_at_each_flush(hw, ht)
     assert mine.saves == 3 and mine.finalized == ["success"]  # save per batch, finalize at the end
 
 
+def test_step_from_numbers_every_row_by_the_loops_own_counter(hw, ht):
+    """``step_from``: a loop that numbers its iterations from 100 (a resumed run's own
+    counter) gets its rows there, the values unchanged; a setting or a value that is no
+    step number is refused naming it."""
+    loop = make_loop(hw)
+    loop.iteration = 100
+    loop.after("step", lambda self: setattr(self, "iteration", self.iteration + 1))
+    mine = Recorder()
+    loop.add_callback(ht.MetricsLogger(loggers=[mine], step_from=lambda: torch.tensor(loop.iteration)))
+    loop.fit(1)
+    losses = losses_by_hand(3, 1)
+    assert mine.calls[:3] == [(100, {"loss": losses[0]}), (101, {"loss": losses[1]}), (102, {"loss": losses[2]})]
+    with pytest.raises(hw.SettingError, match=r"step_from must be a function returning the loop's own step"):
+        ht.MetricsLogger(loggers=[mine], step_from=5)
+    loop = make_loop(hw)
+    loop.add_callback(ht.MetricsLogger(loggers=[Recorder()], step_from=lambda: "three"))
+    with pytest.raises(hw.SettingError, match=r"step_from returned 'three' \(str\), not a whole number"):
+        loop.fit(1)
+
 def test_logging_a_tensor_loss_every_step_reads_nothing_back_per_step(hw, ht):
     loop = make_loop(hw, steps_per_epoch=20)
     mine = Recorder()

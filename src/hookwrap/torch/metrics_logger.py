@@ -9,6 +9,7 @@ import functools
 import importlib
 import logging
 import math
+import operator
 import os
 import time
 import types
@@ -278,7 +279,13 @@ class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
       ``NeptuneLogger`` unchanged, the ``mlflow`` module, or a class of your own;
       or a ``logging.Logger``: an INFO record a step (``LogRecords``).
 
-    At least one is needed. On a framework's preset with a ``log`` join point
+    At least one is needed. Each row is numbered by this callback's step count
+    (the updates, on a framework: its global step), or, with ``step_from``, by what
+    that function returns when the row is logged: a loop's own counter (``lambda:
+    trainer.iteration``; ``hookwrap run --step iter_num``), for every row, those
+    other callbacks log into it included.
+
+    On a framework's preset with a ``log`` join point
     (``log_event``: transformers, Lightning), it logs what the framework logs, on the
     framework's step axis: each row the framework logs (HF's ``log_history`` rows,
     what Lightning gives its loggers), so the CSV and the framework's own logs agree
@@ -331,8 +338,12 @@ class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
                  fit_event: str | None = DefaultEvent("fit"),
                  tensorboard: str | os.PathLike[str] | bool | None = None,
                  step_event: str | None = DefaultEvent("step"), flush_secs: float | None = 10.0,
-                 log_event: str | None = DefaultEvent("log")) -> None:
+                 log_event: str | None = DefaultEvent("log"), step_from: Callable[[], Any] | None = None) -> None:
         super().__init__(step_event)
+        if step_from is not None and not callable(step_from):
+            raise SettingError(f"MetricsLogger: step_from must be a function returning the loop's own step "
+                               f"number (lambda: trainer.iteration), or None, got {step_from!r}.")
+        self.step_from = step_from
         if path is not None and not hasattr(path, "log_metrics") and not isinstance(path, (str, os.PathLike)):
             raise SettingError(f"MetricsLogger: path must be the CSV file's path (a str or os.PathLike), or None, "
                                f"got {path!r}.")
@@ -432,7 +443,9 @@ class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
             return
         if not self._loggable(name, value, step):
             return
-        if step is None:  # this callback's own step (said once when nothing counts it)
+        if self.step_from is not None:  # the loop's own counter numbers every row
+            step = self._loops_step()
+        elif step is None:  # this callback's own step (said once when nothing counts it)
             step = self.step if self._uncounted_on is None else self.row_step()
         row: list[Any] = [step, name, None, self._group]
         if hasattr(value, "detach") and value.numel() == 1:
@@ -441,12 +454,21 @@ class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
             row[2] = to_float(value)
         self.rows.append(row)
         if len(self.rows) >= self._flush_at:  # what is read by now; no read of its own
-            self._send(self._take(keep_step=self.step), raise_errors=True)
+            self._send(self._take(keep_step=self.step if self.step_from is None else step), raise_errors=True)
             self._flush_at = len(self.rows) + self.max_rows
         elif time.monotonic() >= self._flush_due:  # a file others follow, and less held at a kill
             self._flush_due = time.monotonic() + self.flush_secs  # type: ignore[operator]
             shared().read()  # no wait: on CUDA what is copied by now
             self._send(self._take(keep_step=row[0]), raise_errors=True)  # this step's others may follow
+
+    def _loops_step(self) -> int:
+        assert self.step_from is not None
+        value = self.step_from()
+        try:
+            return operator.index(value)  # an int, a NumPy integer, a one-element integer tensor
+        except TypeError:
+            raise SettingError(f"MetricsLogger: step_from returned {value!r} ({type(value).__name__}), not a "
+                               f"whole number: return the loop's step counter.") from None
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
         """The logger protocol (``MetricsSink``): each value, as ``log(name, value, step)``."""
