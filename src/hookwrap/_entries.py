@@ -104,21 +104,46 @@ def process_group() -> Any:
     return None
 
 
+# The rank asked of torch.distributed once per process group (the group it was asked
+# of, and the answer), and RANK parsed once per value it takes.
+_group_rank: tuple[Any, int] | None = None
+_parsed_rank: tuple[Any, int] = (None, 0)
+# CPython's os.environ keeps the variables in _data, keyed by encoded names: read there,
+# a lookup is a dict's (os.environ.get encodes the name on every call: ~0.7 us).
+_ENVIRON: dict[Any, Any] | None = getattr(os.environ, "_data", None)
+_RANK_KEY: Any = getattr(os.environ, "encodekey", lambda name: name)("RANK")
+_decode: Callable[[Any], str] = getattr(os.environ, "decodevalue", str)
+
+
 def process_rank() -> tuple[int, bool]:
     """This process's rank, and whether it is final: torch.distributed's once its
-    process group is initialised (``process_group``); before that, torchrun's
-    ``RANK`` (else 0)."""
+    process group is initialised (``process_group``), asked once per group; before
+    that, torchrun's ``RANK`` (else 0), read on each call (a launcher or a test may
+    set it) and parsed once per value."""
+    global _group_rank, _parsed_rank
     dist = process_group()
     if dist is not None:
-        return dist.get_rank(), True
-    raw = os.environ.get("RANK") or "0"
+        group = getattr(getattr(dist, "GroupMember", None), "WORLD", None)
+        known = _group_rank
+        if known is not None and group is not None and known[0] is group:
+            return known[1], True
+        rank = dist.get_rank()
+        _group_rank = (group, rank) if group is not None else None
+        return rank, True
+    raw = _ENVIRON.get(_RANK_KEY) if _ENVIRON is not None else os.environ.get("RANK")
+    parsed = _parsed_rank
+    if raw == parsed[0]:
+        return parsed[1], False
+    text = (_decode(raw) if _ENVIRON is not None and raw is not None else raw) or "0"
     try:
-        return int(raw), False
+        rank = int(text)
     except ValueError:
         raise HookError(
-            f"RANK={raw!r} in the environment is not a process rank: torchrun sets it to a whole "
+            f"RANK={text!r} in the environment is not a process rank: torchrun sets it to a whole "
             f"number. Unset it, or set it to this process's rank."
         ) from None
+    _parsed_rank = (raw, rank)
+    return rank, False
 
 
 _once_lock = threading.RLock()  # once=True gates decide under it (RLock: `when` may re-enter)
