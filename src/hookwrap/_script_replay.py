@@ -123,6 +123,7 @@ class Replay(Callback):
         self.begin_run: Callable[[], None] = lambda: None  # the script's run starts: pre-fit
         self.module_of: Callable[[], Any] = lambda: None  # the script's module, where its own open() is held off
         self._held: HeldOff | None = None
+        self._lines_at_arrival = 0
         self._started = 0.0
         self.handle: Any = None  # its registration, removed once arrived
         self.run_state: RunState | None = None  # the run's callbacks, whose state the Checkpoint loads
@@ -181,6 +182,7 @@ class Replay(Callback):
     def _step(self, obj: Any, closure: tuple[str, int] | None, proceed: Callable[..., Any],
               args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if not self.replaying:
+            self._show_output()  # the first step after the saved one: what it prints is this run's
             return proceed(*args, **kwargs)
         if self._held is None:  # the first step: what came before it is the same in both runs
             self._hold()
@@ -208,20 +210,36 @@ class Replay(Callback):
 
     def _arrive(self) -> None:
         self.replaying = False
-        self._release()
+        held = self._held
+        assert held is not None
+        held.release_saves()
         # pre-fit: the Checkpoint's resume_from loads the weights, the optimizer, the RNG
         # states and the callbacks' state (Checkpoint.run_state).
         self.begin_run()
         if self.run_state is not None:
             self.run_state.replayed()
-        held = self._held
-        assert held is not None
         saves = f"; its saves to {', '.join(sorted(held.saves))} skipped" if held.saves else ""
         print(f"{PROG}: resumed from {self.file} at step {self.steps} after "
               f"{time.perf_counter() - self._started:.1f} s of replay ({held.lines} lines of output held off"
               f"{saves})", file=sys.stderr)
+        self._lines_at_arrival = held.lines
+        # The output stays held until the next step: the saved step's own forward ran in the
+        # replay, on weights that never trained, and a loop printing its loss after the
+        # update (nanoGPT) would print that.
+
+    def _show_output(self) -> None:
+        held = self._held
+        if held is None or held.output_released:
+            return
+        held.release()
+        after = held.lines - self._lines_at_arrival
+        if after:
+            lines = "1 line" if after == 1 else f"{after} lines"
+            print(f"{PROG}: {lines} the script printed between the saved step and the next held off too: the "
+                  f"saved step's forward ran in the replay, so they may show its values (a loss printed after "
+                  f"the update), not the run's.", file=sys.stderr)
         if self.handle is not None:
-            self.handle.remove()  # nothing left to skip: the steps run bare
+            self.handle.remove()  # nothing left to skip or hold: the steps run bare
             self.handle = None
 
     def _release(self) -> None:
@@ -279,18 +297,24 @@ class HeldOff:
                 return builtins.open(file, mode, *args, **kwargs)
 
             vars(self.module)["open"] = held_open
-        self.released = False
+        self.saves_released = self.output_released = False
 
     @property
     def lines(self) -> int:
         return self.stdout.lines if self.stdout is not None else 0
 
-    def release(self) -> None:
-        if self.released:
+    def release_saves(self) -> None:
+        if self.saves_released:
             return
-        self.released = True
-        if self.stdout is not None and sys.stdout is self.stdout:
-            sys.stdout = self.stdout.shown
+        self.saves_released = True
         self.torch.save = self.save
         if self.module is not None:
             vars(self.module).pop("open", None)
+
+    def release(self) -> None:
+        """The saves and the output, both put back."""
+        self.release_saves()
+        if not self.output_released:
+            self.output_released = True
+            if self.stdout is not None and sys.stdout is self.stdout:
+                sys.stdout = self.stdout.shown

@@ -127,10 +127,12 @@ def test_a_run_stopped_mid_epoch_resumes_to_the_uninterrupted_runs_weights_and_r
     assert _equal_weights(tmp_path / "straight" / "own.pt", tmp_path / "run" / "own.pt")
     assert (tmp_path / "run" / "metrics.csv").read_text() == (tmp_path / "straight" / "metrics.csv").read_text()
     # What the script prints before its first update is the same in both runs, and shown;
-    # from there to the saved step it is held off.
+    # from there to the step after the saved one it is held off (what the saved step
+    # printed may be its replayed forward's), and said.
     lines = straight.stdout.splitlines()
     resumed_at = next(i for i, line in enumerate(lines) if line.startswith(f"iter {saved_step}:"))
-    assert resumed.stdout.splitlines() == lines[:2] + lines[resumed_at:]
+    assert resumed.stdout.splitlines() == lines[:2] + lines[resumed_at + 1:]
+    assert "1 line the script printed between the saved step and the next held off too" in resumed.stderr
     assert lines[:2] == ["model built", lines[1]] and lines[1].startswith("iter 0: loss")
 
 
