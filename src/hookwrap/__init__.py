@@ -13,7 +13,7 @@ from ._callback import (
     register_global_callback,
     settle_on_signals,
 )
-from ._chains import emit
+from ._chains import emit, hooks_off
 from ._describe import Description, describe
 from ._dispatch import USING_EXTENSION
 from ._hookable import HookableCallable, HookableClassCallable, WeaveHandle, hookable, weave
@@ -57,6 +57,7 @@ __all__ = [
     "describe",
     "emit",
     "hookable",
+    "hooks_off",
     "load_callback_state",
     "on",
     "on_error",

@@ -23,10 +23,11 @@ out once per listener and call shape, not per call (Fabric runs
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import inspect
 import sys
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Iterator, cast
 
 from ._asyncgen import run_chain_async, run_chain_async_generator, run_chain_generator
 from ._dispatch import Chain, EmitEvent, emitter
@@ -43,7 +44,7 @@ from ._joinpoints import (
     planned_step,
     spec_of,
 )
-from ._owners import class_record, function_record, lock
+from ._owners import GLOBAL, class_record, function_record, lock
 from ._registry import GLOBAL_TIER, can_hold_state, check_class_tier, entries_for, instance_state
 from ._rules import AROUND, ERROR, FUNCTION, MAX_CALL_SHAPES, METHOD, POST, PRE, EmitStep
 from ._traced import install, note_planned, traced_dispatch
@@ -53,6 +54,7 @@ __all__ = [
     "PLANNER",
     "Planner",
     "emit",
+    "hooks_off",
     "keep_planning_out_of_traces",
     "plans_out_of_traces",
 ]
@@ -60,7 +62,35 @@ __all__ = [
 
 # --- Chains of join points -------------------------------------------------------
 
+_switched_off = 0  # hooks_off() blocks open: the chains built meanwhile run no callback
+
+
+@contextlib.contextmanager
+def hooks_off() -> Iterator[None]:
+    """Inside the block, every join point runs as its plain function and every
+    ``emit`` reaches no callback, in every thread of the process, whatever was
+    registered before or during it (an evaluation, a benchmark, a warm-up you do
+    not want counted). Blocks nest; leaving the outermost turns the callbacks back
+    on for the next call. No call pays for it outside a block: switching drops the
+    chains built, and the ones built while it is open are empty."""
+    global _switched_off
+    with lock:
+        _switched_off += 1
+        if _switched_off == 1:
+            GLOBAL.changed(None)  # every chain and listener list, dropped: built again empty
+    try:
+        yield
+    finally:
+        with lock:
+            _switched_off -= 1
+            if not _switched_off:
+                GLOBAL.changed(None)
+
+
 def _build(jp: Any, tp: Any, state: Any, base: Any) -> Any:
+    if _switched_off:
+        note_planned(jp)
+        return Chain(tp, True, (), (), (), (), False, base)
     spec = spec_of(jp)
     steps: dict[int, list[Any]] = {PRE: [], POST: [], AROUND: [], ERROR: []}
     check_state = False
@@ -244,7 +274,7 @@ class EmitPlanner:
         if event is None:
             check_event(tp, CUSTOM, name, _where(tp, name))
             with lock:  # a registration meanwhile must not be missed
-                entries = entries_for(name, True, tp, None, state)
+                entries = entries_for(name, True, tp, None, state) if not _switched_off else []
                 event = EmitEvent(tuple(_Listener(e.fn, e.options.gate if e.options else None)
                                         for e in entries))
                 cache[name] = event
