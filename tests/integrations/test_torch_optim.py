@@ -102,6 +102,32 @@ def test_with_an_lr_scheduler_callbacks_fire_once_per_step(hw):
         assert sched.last_epoch == 5 and opt.param_groups[0]["lr"] == pytest.approx(0.1 * 0.5 ** 2)
 
 
+def test_an_optimizer_whose_scheduler_was_made_before_the_weave_fires_once_per_step(hw):
+    """An LR scheduler made before the weave wrapped the optimizer's plain step on the
+    instance: without the weave's rewrapping no callback would ever fire for it. Now
+    each step fires once, the schedule is torch's (and it never warns that the
+    scheduler stepped first), and remove() gives the scheduler its own wrapper back."""
+    import warnings
+
+    preset = _preset(hw)
+    module, loss_fn = _model(torch.optim.SGD)
+    opt = torch.optim.SGD(module.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    wrapper = vars(opt)["step"]
+    counts = {"steps": 0}
+
+    class Counter(hw.Callback):
+        def pre_step(self, optimizer: Any) -> None:
+            counts["steps"] += 1
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "lr_scheduler.step() before optimizer.step()" would be one
+        with preset.weave_optimizers(), Counter():
+            _steps(opt, module, loss_fn, 5, scheduler=sched)
+    assert counts["steps"] == 5
+    assert sched.last_epoch == 5 and opt.param_groups[0]["lr"] == pytest.approx(0.1 * 0.5 ** 2)
+    assert vars(opt)["step"] is wrapper  # as the scheduler made it
+
 def test_optimizer_classes_defined_after_the_weave_and_overrides(hw):
     preset = _preset(hw)
     seen: list[str] = []

@@ -18,7 +18,10 @@ handle.remove()                                 # everything as it was
 Callbacks fire once per ``opt.step()``: torch re-wraps ``cls.step`` for its
 profiler when a class's first instance is made, an LR scheduler wraps
 ``opt.step`` on the instance, and an override calling ``super().step()`` reaches
-its base's join point; each of those reaches the outermost join point once.
+its base's join point; each of those reaches the outermost join point once. An LR
+scheduler made before the weave wrapped the optimizer's plain ``step`` on the
+instance, where the weave of the class never reaches: those optimizers (found
+among the live objects when weaving) get the wrapper again, around the join point.
 
 After ``remove()``, an optimizer that an LR scheduler wrapped while woven keeps
 the wrapper it made, which calls the join point it captured: class-tier
@@ -52,6 +55,9 @@ class OptimizerWeave(Removable):
         self._had_hook = False
         self._old_hook: Any = None
         self._removed = False
+        # Optimizers whose LR scheduler's wrapper, made before the weave, was made again
+        # around the join point: (the optimizer, weakly; the scheduler's wrapper; ours).
+        self._rewrapped: list[tuple[Any, Any, Any]] = []
 
     @property
     def classes(self) -> list[type]:
@@ -66,11 +72,45 @@ class OptimizerWeave(Removable):
         # Each class woven apart (its overrides too, as they come): `classes` lists them.
         self.handles[cls] = weave_only(cls, "step") if self.event == "step" else weave_only(cls, **{self.event: "step"})
 
+    def rewrap_scheduled(self, base: type) -> None:
+        """The optimizers alive now whose ``step`` an LR scheduler wrapped on the
+        instance before the weave: the wrapper calls the plain function it captured,
+        so the join point of the class would never fire for them. Each gets a wrapper
+        that marks the step taken for its scheduler, as torch's does, and calls the
+        class's ``step`` as it is now (the join point)."""
+        import functools
+        import gc
+        import weakref
+
+        # type(o), not isinstance: a proxy's __class__ may warn (torch.distributed.reduce_op)
+        for opt in [o for o in gc.get_objects() if issubclass(type(o), base)]:
+            captured = vars(opt).get("step")
+            inner = getattr(captured, "__wrapped__", None)
+            if not getattr(captured, "_wrapped_by_lr_sched", False) or is_join_point(inner) \
+                    or type(opt) not in self.handles and not any(c in self.handles for c in type(opt).__mro__):
+                continue
+            reference = weakref.ref(opt)
+
+            @functools.wraps(inner)
+            def step(*args: Any, _reference: Any = reference, **kwargs: Any) -> Any:
+                optimizer = _reference()
+                optimizer._opt_called = True  # what the scheduler checks before its own step
+                return type(optimizer).step(optimizer, *args, **kwargs)
+
+            step._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
+            opt.step = step
+            self._rewrapped.append((reference, captured, step))
+
     def remove(self) -> None:
         with _lock:
             if self._removed:
                 return
             self._removed = True
+            for reference, captured, ours in self._rewrapped:
+                opt = reference()
+                if opt is not None and vars(opt).get("step") is ours:
+                    opt.step = captured  # the scheduler's own wrapper, as it was
+            self._rewrapped.clear()
             import torch.optim
 
             base: Any = torch.optim.Optimizer  # Any: torch may be absent to mypy
@@ -145,5 +185,6 @@ def weave_optimizers(event: str = "step") -> OptimizerWeave:
             woven._weave_class(cls)
 
         base.__init_subclass__ = classmethod(__init_subclass__)
+        woven.rewrap_scheduled(base)
         _active.append(woven)
         return woven
