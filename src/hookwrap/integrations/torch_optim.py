@@ -85,9 +85,9 @@ class OptimizerWeave(Removable):
         # type(o), not isinstance: a proxy's __class__ may warn (torch.distributed.reduce_op)
         for opt in [o for o in gc.get_objects() if issubclass(type(o), base)]:
             captured = vars(opt).get("step")
-            inner = getattr(captured, "__wrapped__", None)
+            inner: Any = getattr(captured, "__wrapped__", captured)  # the step it captured
             if not getattr(captured, "_wrapped_by_lr_sched", False) or is_join_point(inner) \
-                    or type(opt) not in self.handles and not any(c in self.handles for c in type(opt).__mro__):
+                    or not any(cls in self.handles for cls in type(opt).__mro__):
                 continue
             reference = weakref.ref(opt)
 
