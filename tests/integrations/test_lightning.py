@@ -534,3 +534,45 @@ def test_checkpoint_every_n_minutes_saves_at_the_steps_lightnings_train_time_int
         fit([], [Checkpoint(tmp_path / "ours", every_n_minutes=1, save_last=False)])
     ours = sorted(int(p.stem.split("=")[1]) for p in (tmp_path / "ours").glob("step=*.pt"))
     assert ours == theirs and len(theirs) >= 3, (ours, theirs)
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_step_scheduler_gives_the_rates_of_lightnings_interval_step(hw, preset, accumulate):
+    """A warm-up then cosine schedule: Lightning's own (``configure_optimizers`` with
+    ``interval="step"``) against the same scheduler stepped by ``StepScheduler`` on
+    the preset: each update is made with the same rate, accumulation on and off."""
+    from hookwrap.torch import StepScheduler
+
+    def schedule(optimizer: Any) -> Any:
+        lr = torch.optim.lr_scheduler
+        return lr.SequentialLR(optimizer, [lr.LinearLR(optimizer, 0.25, total_iters=2),
+                                           lr.CosineAnnealingLR(optimizer, T_max=4)], milestones=[2])
+
+    class Own(Module):
+        def configure_optimizers(self) -> Any:
+            optimizer = torch.optim.SGD(self.parameters(), lr=self.lr)
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule(optimizer), "interval": "step"}}
+
+    class Stepped(Module):
+        def configure_optimizers(self) -> Any:
+            optimizer = torch.optim.SGD(self.parameters(), lr=self.lr)
+            self.scheduler = schedule(optimizer)
+            return optimizer
+
+    def rates(cls: type, hooked: list[Any]) -> list[float]:
+        module = cls(lr=0.1)
+        seen: list[float] = []
+        for cb in hooked:
+            hw.add_callback(module, cb)
+        # the rate each update is made with
+        hw.before(module, "optimizer_step", lambda self: seen.append(self.optimizers().param_groups[0]["lr"]))
+        run = pl.Trainer(max_epochs=3, accelerator="cpu", logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, accumulate_grad_batches=accumulate)
+        run.fit(module, loader())
+        return seen
+
+    with preset.weave(Module):
+        lightnings = rates(Own, [])
+        ours = rates(Stepped, [StepScheduler()])
+    assert len(lightnings) == 12 // accumulate and len(set(lightnings)) > 3
+    assert ours == pytest.approx(lightnings, rel=1e-12)

@@ -39,6 +39,7 @@ PROBES: dict[str, str] = {
  "stop on a NaN or inf loss": r"(?i)terminate.?on.?nan|anomaly",
  "log metrics to files and trackers": r"(?i)logger$|report_to|log_?metrics",
  "progress bar": r"(?i)progress",
+ "step an LR scheduler per update, with warm-up": r"(?i)lr.?sched|scheduler",
  "learning rate": r"(?i)(lr|learning.?rate).?(monitor|logger|log)",
  "gradient norm": r"(?i)grad.?norm.*(monitor|log)|gradnorm",
  "per-layer gradient and weight norms": r"(?i)grads?.?(scalar|hist)|weights?.?(scalar|hist)|^grad_norm$",

@@ -50,6 +50,7 @@ from .progress import ProgressBar
 from .readback import HostReads
 from .readback import ReadBack
 from .readback import count_host_reads
+from .scheduler import StepScheduler
 from .skip_bad_steps import SkipBadSteps
 from .spike import SpikeDetection
 from .spike import TrainingSpikeError
@@ -84,6 +85,7 @@ __all__ = [
     "ProgressBar",
     "ReadBack",
     "SkipBadSteps",
+    "StepScheduler",
     "SpikeDetection",
     "StepTimer",
     "TensorBoardWriter",
