@@ -130,3 +130,28 @@ def test_every_shipped_callback_is_listed_with_its_keywords_events_reads_and_cha
     does = page[:page.index(header)]
     missing = [name for name in shipped if f"`{name}(" not in does and f"`{name}`" not in does]
     assert missing == []
+
+
+def test_the_supported_versions_page_says_what_ci_installs():
+    """docs/guide/supported-versions.md: its Pythons are pyproject's classifiers, its
+    torch the README's pin, and its frameworks' versions tests/pins.txt, each row
+    naming an extra pyproject defines."""
+    import tomllib
+
+    page = Path(ROOT, "docs", "guide", "supported-versions.md").read_text(encoding="utf-8")
+    project = tomllib.loads(Path(ROOT, "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    claimed = sorted(c.rsplit(" ", 1)[1] for c in project["classifiers"]
+                     if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c))
+    rows = [line.split(" | ") for line in page.splitlines() if line.startswith("| Python | ")]
+    assert sorted(v for row in rows for v in row[1].split(", ")) == claimed
+    torch_pin = re.search(r"torch==([\d.]+)", Path(ROOT, "README.md").read_text(encoding="utf-8")).group(1)
+    assert f"| torch | {torch_pin} (CPU) |" in page
+    pins = dict(line.split("==") for line in Path(ROOT, "tests", "pins.txt").read_text().splitlines()
+                if line and not line.startswith("#"))
+    table = page[page.index("| framework | pinned for the tests | extra |"):].split("\n\n")[0].splitlines()[2:]
+    listed = {row.split(" | ")[0].strip("| "): row.split(" | ")[1] for row in table}
+    assert listed == pins
+    extras = set(project["optional-dependencies"])
+    for row in table:
+        for extra in re.findall(r"`hookwrap\[([\w-]+)\]`", row):
+            assert extra in extras, f"{row}: pyproject has no extra {extra!r}"
