@@ -55,7 +55,7 @@ import weakref
 from collections.abc import Iterator, Mapping
 from threading import get_ident
 from types import ModuleType
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, TypeVar
 
 from ._describe import describe
 from ._entries import (
@@ -773,6 +773,9 @@ class NotACallbackError(HookError, TypeError):
 _blocks_lock = threading.RLock()  # a Callback's `with` blocks (an RLock: registering may re-enter)
 
 
+_C = TypeVar("_C", bound="Callback")  # __enter__ returns the callback as its own class
+
+
 class Callback:
     """Base class of class-based callbacks; also a context manager that registers
     the callback globally for the duration of a ``with`` block."""
@@ -807,7 +810,7 @@ class Callback:
     # while one is, removed when the last closes. Nested and concurrent blocks nest.
     _hookwrap_blocks: int = 0
 
-    def __enter__(self) -> Callback:
+    def __enter__(self: _C) -> _C:  # `with StepTimer() as timer:` is a StepTimer
         with _blocks_lock:
             if not self._hookwrap_blocks:
                 self._hookwrap_handle = register_global_callback(self)
@@ -898,8 +901,36 @@ def add_callback(target: Any, cb: Callback, /, **options: Any) -> Handle:
                                 f"Pass an instance of a hookwrap.Callback subclass (its event methods are "
                                 f"registered), or register a function with hookwrap.before/after/around.")
     make_options(where, **options)  # a bad option fails before anything is registered
-    handle = register_entries(target, _resolve_names(cb, _attach_target(target), where, options), where)
+    registrations = _resolve_names(cb, _attach_target(target), where, options)
+    if _attached_already(target, cb):
+        raise HookError(f"{where}: this {type(cb).__qualname__} is attached to {safe_repr(target)} already: "
+                        f"attached again, each of its methods would run twice a call (a notebook cell run "
+                        f"twice does this). Remove it first (the handle add_callback returned: "
+                        f"handle.remove()), or attach another one.")
+    handle = register_entries(target, registrations, where)
     return settling(handle, cb, target)
+
+
+def _attached_already(target: Any, cb: Callback) -> bool:
+    """Is ``cb`` attached to ``target`` itself (its instance tier, its class's own
+    registrations, the function), not through another tier?"""
+    if isinstance(target, ModuleType):
+        return False  # its functions are checked as they are registered on, one by one
+    try:
+        chains = describe(target).chains
+    except HookError:
+        return False
+    if isinstance(target, type):
+        def here(source: Any) -> bool:
+            return bool(source.kind == "registered" and source.owner == target.__qualname__)
+    else:
+        jp = join_point_of(target)
+        tier = "function" if jp is not None and jp.owner is None else "instance"
+
+        def here(source: Any) -> bool:
+            return bool(source.tier == tier)
+    return any(getattr(entry.fn, "__self__", None) is cb and here(entry.source)
+               for entries in chains.values() for entry in entries)
 
 
 def _attach_target(target: Any) -> Any:

@@ -168,7 +168,9 @@ def _saved_signal(tmp_path: Path, steps: int = 3) -> None:
 
 
 @pytest.mark.parametrize(("options", "message"), [
-    (dict(presets=[]), r"no join point is 'step'\. Add --preset torch_optim"),
+    # An event name of its own: join points of earlier tests named "step" may be alive still.
+    (dict(callback="Checkpoint('ck', resume_from='signal', model='__main__:model', optimizer=None, "
+                   "step_event='replayed_step')"), r"no join point is 'replayed_step'\. Add --preset torch_optim"),
     (dict(callback="Checkpoint('ck', resume_from='signal', optimizer=None)"),
      r"model='model' is read from the run's join point.*model='__main__:model'"),
     (dict(state="s.pt"), r"resume_from and --state s\.pt both resume the callbacks"),
