@@ -438,16 +438,19 @@ def test_a_resumed_hf_run_numbers_on_from_hf_step(hw, preset, tmp_path):
 
 def test_skip_bad_steps_skips_the_update_of_a_bad_batch_as_if_it_never_came(hw, preset, tmp_path):
     """A NaN loss at HF's update 3 (batches in order): SkipBadSteps skips that update and
-    HF goes on; the weights after 6 updates equal (torch.equal) those of HF's own run
-    of 5 updates on the same batches without that one. Without it, the NaN reaches
-    the weights."""
+    HF goes on, its LR scheduler (a warm-up) not stepped for it; the weights after 6
+    updates equal (torch.equal) those of HF's own run of 5 updates on the same batches
+    without that one. Without it, the NaN reaches the weights."""
     from hookwrap.torch import SkipBadSteps
 
     class InOrder(hf.Trainer):
         def _get_train_sampler(self, train_dataset: Any = None) -> Any:
             return torch.utils.data.SequentialSampler(train_dataset or self.train_dataset)
 
-    settings = dict(cls=InOrder, lr_scheduler_type="constant", dataloader_drop_last=True)
+    # A warm-up over 4 scheduler steps: a skipped update that stepped HF's scheduler
+    # would make every later update with another rate (HF steps it only for updates made).
+    settings = dict(cls=InOrder, lr_scheduler_type="constant_with_warmup", warmup_steps=4,
+                    dataloader_drop_last=True)
 
     def made(folder: str, steps: int) -> Any:
         trainer = tiny_trainer(tmp_path / folder, steps=steps, **settings)

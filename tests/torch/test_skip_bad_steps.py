@@ -122,6 +122,40 @@ def test_too_many_in_a_row_stop_the_run_naming_the_steps(hw, ht):
             loop.step(x, y)
 
 
+def test_across_a_resume_it_goes_on_as_the_run_that_never_stopped(hw, ht):
+    """Stopped after step 6 (one skip in a row at 6, a spike window of good steps) and
+    resumed from its state and the weights, it decides as the uninterrupted run: the
+    same skips, the same stop after three in a row (its count went on across the
+    resume), the same weights."""
+    bad = {3: "spike", 6: "nan", 7: "nan", 8: "nan"}
+    settings = dict(spike_rtol=5.0, max_consecutive=3)
+
+    def run(loop: Any, skip: Any, batches: list[tuple[Any, Any]]) -> str:
+        try:
+            for x, y in batches:
+                loop.step(x, y)
+        except hw.StopTraining as stop:
+            return str(stop)
+        return ""
+
+    batches = _batches(bad=bad)
+    straight, straight_skip = _loop(hw), ht.SkipBadSteps(**settings)
+    hw.add_callback(straight, straight_skip)
+    straight_stop = run(straight, straight_skip, batches)
+    assert "steps 6, 7, 8" in straight_stop
+
+    first, first_skip = _loop(hw), ht.SkipBadSteps(**settings)
+    hw.add_callback(first, first_skip)
+    assert run(first, first_skip, batches[:6]) == "" and first_skip.consecutive == 1
+    resumed, resumed_skip = _loop(hw), ht.SkipBadSteps(**settings)
+    hw.add_callback(resumed, resumed_skip)
+    resumed.model.load_state_dict(first.model.state_dict())
+    resumed.optimizer.load_state_dict(first.optimizer.state_dict())
+    hw.load_callback_state(resumed, hw.callback_state(first))
+    assert run(resumed, resumed_skip, batches[6:]) == straight_stop
+    assert resumed_skip.skipped == straight_skip.skipped
+    _same(resumed.model.state_dict(), straight.model.state_dict())
+
 def test_with_grad_accumulation_a_bad_micro_batch_skips_its_whole_update(hw, ht):
     """GradAccumulation(2), then SkipBadSteps: the update whose window held the NaN
     batch (batches 5 and 6) is skipped, its good half too, as if both never came."""

@@ -35,7 +35,8 @@ class SkipBadSteps(LogsInto, CountingCallback):
     mean of the last ``window`` good steps (``mode="min"``: higher) by at least that
     much (relative to the mean; absolute). The first ``warmup`` good steps are never
     spikes. A skipped update does not run (the optimizer's state, its step count and
-    the weights stay as they were), its gradients are zeroed (``set_to_none``) so the
+    the weights stay as they were; on HF's ``Trainer`` its LR scheduler does not step
+    for it either, as for a ``GradScaler``'s skip: accelerate's optimizer says so), its gradients are zeroed (``set_to_none``) so the
     next step starts clean, and the run goes on: a WARNING record under ``hookwrap``,
     a row ``name`` (the count of skips so far) into ``logger`` (or, under ``hookwrap
     run``, the run's MetricsLogger), and ``skipped`` lists ``(step, why)``. After
@@ -96,6 +97,7 @@ class SkipBadSteps(LogsInto, CountingCallback):
         self.consecutive = 0  # updates skipped in a row, up to the last one
         self._good: deque[float] = deque(maxlen=self.window)  # the mean losses of the last good steps
         self._losses: list[Any] = []  # this step's losses, as given (tensors stay on their device)
+        self._said_skipped: Any = None  # the accelerate optimizer told the last update was skipped
 
     label = ("event",)
     keyed_by_label = True
@@ -152,10 +154,18 @@ class SkipBadSteps(LogsInto, CountingCallback):
         if closure is not None:
             args, kwargs = _closure_run_first(closure, args, kwargs)
         why = self._why_bad(obj, optimizer)
+        said, self._said_skipped = self._said_skipped, None
+        if said is not None and getattr(said, "_is_overflow", None) is True:
+            said._is_overflow = False  # this update runs (a GradScaler's own step says it again)
         if why is None:
             self.consecutive = 0
             return proceed(*args, **kwargs)
         self._skip(optimizer, why)
+        if getattr(optimizer, "_is_overflow", None) is False:
+            # accelerate's optimizer (HF's Trainer): its "step skipped", as a GradScaler's overflow
+            # sets it, so that the trainer does not step its LR scheduler for this update either.
+            optimizer._is_overflow = True
+            self._said_skipped = optimizer
         return None
 
     def _why_bad(self, obj: Any, optimizer: Any) -> str | None:
