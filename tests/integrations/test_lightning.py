@@ -576,3 +576,34 @@ def test_step_scheduler_gives_the_rates_of_lightnings_interval_step(hw, preset, 
         ours = rates(Stepped, [StepScheduler()])
     assert len(lightnings) == 12 // accumulate and len(set(lightnings)) > 3
     assert ours == pytest.approx(lightnings, rel=1e-12)
+
+
+def test_rollback_on_lightning_goes_back_to_its_copy_and_past_the_bad_batch(hw, preset):
+    """8 batches, a copy after updates 1 and 4 (every=3), a NaN in the 6th: the model
+    and its optimizer (SGD with momentum) go back to update 4's state, and the run
+    ends with the weights of Lightning's own run on batches 1-4 and 7-8, exactly
+    (skipping the 6th alone would keep the 5th's update)."""
+    from hookwrap.torch import Rollback
+
+    class Momentum(Module):
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=self.lr, momentum=0.9)
+
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(64, 4, generator=g), torch.randn(64, 1, generator=g)
+    bad_x = x.clone()
+    bad_x[40, 0] = float("nan")  # in the 6th batch of 8
+    keep = [i for i in range(64) if i < 32 or i >= 48]
+
+    def batches(inputs: Any, targets: Any) -> Any:
+        return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(inputs, targets), batch_size=8)
+
+    with preset.weave(Module):
+        module = Momentum(lr=0.1)
+        rollback = Rollback(every=3)
+        hw.add_callback(module, rollback)
+        trainer(epochs=1).fit(module, batches(bad_x, y))
+        assert rollback.rolled_back == [(6, 4, "a loss is nan")]
+    reference = Momentum(lr=0.1)
+    trainer(epochs=1).fit(reference, batches(x[keep], y[keep]))
+    assert torch.equal(weights(module), weights(reference))

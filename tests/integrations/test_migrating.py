@@ -50,6 +50,7 @@ PROBES: dict[str, str] = {
  "float16 loss scaling": r"(?i)scaler|fp16",
  "stop on a loss spike": r"(?i)spike",
  "skip the update of a bad batch and go on": r"(?i)skip.?(bad|step|batch)",
+ "roll back to the last good weights and go on past the bad batches": r"(?i)roll.?back|revert|restore.?(last|good)",
  "stop when good enough, or hopeless": r"(?i)stopping.?threshold|divergence.?threshold",
  "stop at a time limit": r"(?i)time.?limit|max.?time|duration",
  "save every N minutes": r"(?i)time.?interval|every.?n.?min|save.?time",

@@ -198,3 +198,27 @@ def test_on_the_optimizers_own_step(hw, ht):
 def test_bad_settings_are_refused_naming_the_fix(hw, ht, kwargs, message):
     with pytest.raises(hw.HookError, match=message):
         ht.SkipBadSteps(**kwargs)
+
+
+def test_rollback_undoes_the_updates_since_its_last_copy_and_goes_on(hw, ht):
+    """Copies every 4 good updates (after steps 1 and 5); a NaN at step 9 rolls the
+    model and the optimizer (SGD with momentum) back to step 5's: the run ends with the
+    weights of batches 1-5 then 10-12, exactly (SkipBadSteps would keep 6-8)."""
+    loop = _loop(hw)
+    rollback = ht.Rollback(every=4)
+    hw.add_callback(loop, rollback)
+    batches = _batches(bad={9: "nan"})
+    for x, y in batches:
+        loop.step(x, y)
+    assert rollback.rolled_back == [(9, 5, "a loss is nan")] and rollback.skipped == [(9, "a loss is nan")]
+    _same(loop.model.state_dict(), _by_hand([b for i, b in enumerate(_batches(), 1) if i <= 5 or i >= 10]))
+
+
+def test_rollback_stops_the_run_after_max_rollbacks(hw, ht):
+    loop = _loop(hw)
+    hw.add_callback(loop, ht.Rollback(every=2, max_rollbacks=2))
+    with pytest.raises(hw.StopTraining, match=r"2 rollbacks \(steps 4, 8; the last: a loss is nan\)"):
+        for x, y in _batches(bad={4: "nan", 8: "nan"}):
+            loop.step(x, y)
+    with pytest.raises(hw.SettingError, match=r"Rollback: every must be"):
+        ht.Rollback(every=0)

@@ -51,6 +51,7 @@ from .readback import HostReads
 from .readback import ReadBack
 from .readback import count_host_reads
 from .scheduler import StepScheduler
+from .skip_bad_steps import Rollback
 from .skip_bad_steps import SkipBadSteps
 from .spike import SpikeDetection
 from .spike import TrainingSpikeError
@@ -84,6 +85,7 @@ __all__ = [
     "Profiler",
     "ProgressBar",
     "ReadBack",
+    "Rollback",
     "SkipBadSteps",
     "StepScheduler",
     "SpikeDetection",

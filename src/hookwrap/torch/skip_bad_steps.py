@@ -17,7 +17,7 @@ from .grad_scaler import scale_of_gradients
 from .logs_into import LogsInto, checked_logger, logged_name
 from .monitors import total_norm
 
-__all__ = ["SkipBadSteps"]
+__all__ = ["Rollback", "SkipBadSteps"]
 
 log = logging.getLogger(__name__)  # under "hookwrap": each skipped update, at WARNING
 
@@ -61,7 +61,7 @@ class SkipBadSteps(LogsInto, CountingCallback):
                  max_consecutive: int | None = 5, logger: Any = None, name: str = "skipped_steps",
                  step_event: str | None = DefaultEvent("step")) -> None:
         super().__init__(step_event)
-        where = "SkipBadSteps"
+        where = type(self).__name__
         if not isinstance(event, str) or not event:
             raise SettingError(f"{where}: event must be the join point of the optimizer step, such as "
                                f"'optimizer_step', got {event!r}.")
@@ -159,14 +159,23 @@ class SkipBadSteps(LogsInto, CountingCallback):
             said._is_overflow = False  # this update runs (a GradScaler's own step says it again)
         if why is None:
             self.consecutive = 0
-            return proceed(*args, **kwargs)
+            result = proceed(*args, **kwargs)
+            self._made(obj, optimizer)
+            return result
         self._skip(optimizer, why)
+        self._undo(obj, optimizer, why)
         if getattr(optimizer, "_is_overflow", None) is False:
             # accelerate's optimizer (HF's Trainer): its "step skipped", as a GradScaler's overflow
             # sets it, so that the trainer does not step its LR scheduler for this update either.
             optimizer._is_overflow = True
             self._said_skipped = optimizer
         return None
+
+    def _made(self, obj: Any, optimizer: Any) -> None:
+        """A good update was made (Rollback keeps a copy here)."""
+
+    def _undo(self, obj: Any, optimizer: Any, why: str) -> None:
+        """A bad update was skipped (Rollback goes back here)."""
 
     def _why_bad(self, obj: Any, optimizer: Any) -> str | None:
         """Why this step's update must not run, or None: one read of the step's losses
@@ -243,6 +252,91 @@ class SkipBadSteps(LogsInto, CountingCallback):
         self.skipped = [(int(step), str(why)) for step, why in state["skipped"]]
         self.consecutive = int(state["consecutive"])
         self._good = deque((float(v) for v in state["good"]), maxlen=self.window)
+
+
+class Rollback(SkipBadSteps):
+    """``SkipBadSteps``, and more: the update of a bad step is not made and the
+    ``model`` and its optimizer go back to where they were after the last of every
+    ``every`` good updates (a copy kept on ``device``, the CPU by default, taken after
+    the 1st, the ``every+1``-th, ... good update), so what went wrong before the bad
+    step was seen (a spike that was applied, weights drifting to NaN) is undone too;
+    the run goes on with the next batch, past those that caused it. After
+    ``max_rollbacks`` the run stops (``StopTraining``): the data or the settings are
+    at fault, not a batch. Each rollback is a WARNING and a row ``name`` (the count so
+    far) into ``logger``; ``rolled_back`` lists ``(step, back to step, why)``. The
+    step counts of the run go on (a framework's global step is its own): only the
+    weights and the optimizer's state go back. The copy costs the memory of the model
+    and its optimizer's state once, and a copy every ``every`` updates."""
+
+    def __init__(self, *, every: int = 100, model: Any = "model", max_rollbacks: int = 3, device: Any = "cpu",
+                 name: str = "rollbacks", **judged: Any) -> None:
+        super().__init__(name=name, **judged)
+        self.every = whole_number(every, "every", "Rollback")
+        self.max_rollbacks = whole_number(max_rollbacks, "max_rollbacks", "Rollback")
+        if not isinstance(model, (str, torch.nn.Module)):
+            raise SettingError(f"Rollback: model must be the module, or the name of the argument or attribute that "
+                               f"holds it, got {model!r}.")
+        self.model, self.device = model, torch.device(device)
+        self.rolled_back: list[tuple[int, int, str]] = []  # (step, back to the state after step, why)
+        self._copy: tuple[int, dict[str, Any], Any] | None = None  # (after step, model state, optimizer state)
+        self._made_since = 0  # good updates since the copy
+
+    def _made(self, obj: Any, optimizer: Any) -> None:
+        self._made_since += 1
+        if self._copy is None or self._made_since >= self.every:
+            model = from_object(obj, self.model, "model", self.where)
+            self._copy = (self.row_step(), _copied(model.state_dict(), self.device),
+                          _copied(_unwrapped(optimizer).state_dict(), self.device))
+            self._made_since = 0
+
+    def _undo(self, obj: Any, optimizer: Any, why: str) -> None:
+        step = self.row_step()
+        if self._copy is None:
+            return  # no good update yet: nothing made to undo, the skip is all
+        after, weights, state = self._copy
+        model = from_object(obj, self.model, "model", self.where)
+        model.load_state_dict(weights)
+        _unwrapped(optimizer).load_state_dict(_copied(state, None))  # its own copy: the kept one stays as it is
+        self.rolled_back.append((step, after, why))
+        self._made_since = 0
+        log.warning("%s: rolled the model and optimizer back to their state after step %d (%d rollbacks so far).",
+                    self.where, after, len(self.rolled_back))
+        if self.logger is not None:
+            self.logger.log(self.name, float(len(self.rolled_back)), step)
+        if len(self.rolled_back) >= self.max_rollbacks:
+            raise StopTraining(
+                f"{self.where}: {len(self.rolled_back)} rollbacks (steps {', '.join(str(s) for s, _, _ in self.rolled_back)}"
+                f"; the last: {why}): more than a bad batch. Lower the learning rate, or check the data "
+                f"(max_rollbacks={self.max_rollbacks}).")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "rolled_back": [list(r) for r in self.rolled_back],
+                "made_since": self._made_since}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.rolled_back = [(int(s), int(a), str(w)) for s, a, w in state["rolled_back"]]
+        # The copy is not in the state: after a resume the next good update is the first kept.
+        self._copy, self._made_since = None, int(state["made_since"])
+
+
+def _unwrapped(optimizer: Any) -> Any:
+    """The torch optimizer a framework's wrapper holds (Lightning's ``LightningOptimizer``
+    copies the optimizer's attributes, so a state loaded into it would not reach the
+    optimizer that steps; accelerate's passes it on too), else ``optimizer``."""
+    inner = getattr(optimizer, "optimizer", None)
+    return inner if isinstance(inner, torch.optim.Optimizer) else optimizer
+
+
+def _copied(state: Any, device: Any) -> Any:
+    """``state`` (a state_dict), each tensor copied (onto ``device``; None: where it is)."""
+    if isinstance(state, torch.Tensor):
+        return state.detach().to(device, copy=True) if device is not None else state.detach().clone()
+    if isinstance(state, dict):
+        return {key: _copied(value, device) for key, value in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(_copied(value, device) for value in state)
+    return state
 
 
 def closure_position(jp: JoinPointInfo) -> tuple[str, int] | None:
