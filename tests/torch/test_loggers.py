@@ -159,6 +159,28 @@ def test_step_from_numbers_every_row_by_the_loops_own_counter(hw, ht):
     with pytest.raises(hw.SettingError, match=r"step_from returned 'three' \(str\), not a whole number"):
         loop.fit(1)
 
+def test_wide_writes_a_column_per_name_beside_the_long_file(hw, ht, tmp_path):
+    """``wide=True``: at the end of fit, ``m.wide.csv`` holds step, loss and val_loss
+    columns, a row per step (the evaluation in its step's row), the values of the long
+    file; a name logged twice in a step starts another row."""
+    import csv
+
+    loop = make_loop(hw)
+    logger = ht.MetricsLogger(tmp_path / "m.csv", tensorboard=False, wide=True)
+    loop.add_callback(logger)
+    loop.fit(2)
+    logger.log("loss", 0.5, step=6)  # a second loss at step 6: a row of its own
+    logger.close()
+    with open(tmp_path / "m.wide.csv", newline="") as f:
+        table = list(csv.DictReader(f))
+    losses = losses_by_hand(3, 2)
+    assert list(table[0]) == ["step", "loss", "val_loss"]
+    assert [(int(r["step"]), float(r["loss"])) for r in table[:6]] == list(zip(range(1, 7), losses))
+    assert [r["val_loss"] for r in table] == ["", "", "1.0", "", "", "0.5", ""]
+    assert table[6] == {"step": "6", "loss": "0.5", "val_loss": ""}
+    with pytest.raises(hw.SettingError, match=r"wide=True writes a wide copy of the CSV file, and there is none"):
+        ht.MetricsLogger(loggers=[Recorder()], wide=True)
+
 def test_logging_a_tensor_loss_every_step_reads_nothing_back_per_step(hw, ht):
     loop = make_loop(hw, steps_per_epoch=20)
     mine = Recorder()

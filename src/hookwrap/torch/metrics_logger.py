@@ -72,8 +72,9 @@ class CSVWriter:
     (said with a ``HookwrapWarning``), so the CSV holds each step once, as the
     uninterrupted run's does, and nothing written is lost."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], wide: bool = False) -> None:
         self.path = Path(path)
+        self.wide = wide  # also <stem>.wide.csv, a column per name, written when finalized
         self._file: Any = None
         self._resumed_at: int | None = None  # the file's size when the state resumed was saved
 
@@ -140,10 +141,37 @@ class CSVWriter:
                 f"to {aside}, so the CSV holds each step once.")
 
     def finalize(self, status: str) -> None:
-        """Close the file (a later row reopens it)."""
+        """Close the file (a later row reopens it); with ``wide``, write the wide copy."""
         file, self._file = self._file, None
         if file is not None:
             file.close()
+        if self.wide and self.path.exists():
+            self.write_wide()
+
+    @property
+    def wide_path(self) -> Path:
+        return self.path.with_name(f"{self.path.stem}.wide{self.path.suffix}")
+
+    def write_wide(self) -> None:
+        """``<stem>.wide.csv``: the rows as a table, ``step`` then a column per name (in
+        the order first logged), a row per step, or more where a name was logged
+        again in the step (a loss per micro-batch), empty cells where a name was not
+        logged; what pandas' ``read_csv`` and Lightning's ``CSVLogger`` give. Written
+        whole (a temporary file, then renamed) from the long file, which stays the
+        record: a run killed before its end has every row there."""
+        names: dict[str, None] = {}
+        table: list[dict[str, Any]] = []
+        for step, name, value in self.read():
+            names.setdefault(name)
+            if not table or table[-1]["step"] != step or name in table[-1]:
+                table.append({"step": step})
+            table[-1][name] = value
+        temporary = self.wide_path.with_name(self.wide_path.name + ".tmp")
+        with open(temporary, "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, ["step", *names])
+            writer.writeheader()
+            writer.writerows(table)
+        os.replace(temporary, self.wide_path)
 
     def read(self) -> list[tuple[int, str, float]]:
         """The rows of the file, parsed (what was written so far)."""
@@ -279,6 +307,10 @@ class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
       ``NeptuneLogger`` unchanged, the ``mlflow`` module, or a class of your own;
       or a ``logging.Logger``: an INFO record a step (``LogRecords``).
 
+    With ``wide=True`` the CSV file also gets a wide copy, ``<stem>.wide.csv`` (``step``
+    and a column per name, as pandas users and Lightning's ``CSVLogger`` read it),
+    written at each boundary below from the long file, which stays the record.
+
     At least one is needed. Each row is numbered by this callback's step count
     (the updates, on a framework: its global step), or, with ``step_from``, by what
     that function returns when the row is logged: a loop's own counter (``lambda:
@@ -336,7 +368,7 @@ class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
                  metrics_event: str | None = DefaultEvent("evaluate"),
                  epoch_event: str | None = DefaultEvent("epoch"),
                  fit_event: str | None = DefaultEvent("fit"),
-                 tensorboard: str | os.PathLike[str] | bool | None = None,
+                 tensorboard: str | os.PathLike[str] | bool | None = None, wide: bool = False,
                  step_event: str | None = DefaultEvent("step"), flush_secs: float | None = 10.0,
                  log_event: str | None = DefaultEvent("log"), step_from: Callable[[], Any] | None = None) -> None:
         super().__init__(step_event)
@@ -367,7 +399,12 @@ class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
             tensorboard = self.path.with_name(self.path.stem + "_tensorboard")
         self.tensorboard_dir = local_path(tensorboard, f"MetricsLogger(tensorboard={os.fspath(tensorboard)!r})") \
             if tensorboard else None
-        self.csv = CSVWriter(self.path) if self.path is not None else None
+        if not isinstance(wide, bool):
+            raise SettingError(f"MetricsLogger: wide must be True or False, got {wide!r}.")
+        if wide and self.path is None:
+            raise SettingError("MetricsLogger: wide=True writes a wide copy of the CSV file, and there is none "
+                               "(path=None): pass path= too.")
+        self.csv = CSVWriter(self.path, wide=wide) if self.path is not None else None
         self.tensorboard = TensorBoardWriter(self.tensorboard_dir) if self.tensorboard_dir else None
         if not self.sinks:
             raise HookError("MetricsLogger: nothing to log to. Pass path= (a CSV file) and/or loggers=[...] "
