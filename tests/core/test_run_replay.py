@@ -194,17 +194,19 @@ def test_a_resume_that_cannot_work_is_refused_before_the_script_runs(hw, tmp_pat
     assert status == 2 and out == "" and re.search(message, err), err
 
 
+THREE_STEPS = """
+    import torch
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(3):
+        optimizer.step()
+    print("done")
+"""
+
 def test_a_script_that_ends_before_the_saved_step_is_said(hw, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     _saved_signal(tmp_path, steps=5)
-    probe = _script(tmp_path, """
-        import torch
-        model = torch.nn.Linear(4, 1)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        for _ in range(3):
-            optimizer.step()
-        print("done")
-    """)
+    probe = _script(tmp_path, THREE_STEPS)
     save, stdout = torch.save, sys.stdout
     status = _runner().run(str(probe), [], presets=["torch_optim"],
                            callbacks=["Checkpoint('ck', resume_from='signal', model='__main__:model', optimizer=None)"])
@@ -216,14 +218,7 @@ def test_a_script_that_ends_before_the_saved_step_is_said(hw, tmp_path, capsys, 
 
 def test_resume_from_last_with_nothing_saved_starts_afresh_and_says_so(hw, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    probe = _script(tmp_path, """
-        import torch
-        model = torch.nn.Linear(4, 1)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        for _ in range(3):
-            optimizer.step()
-        print("done")
-    """)
+    probe = _script(tmp_path, THREE_STEPS)
     status = _runner().run(str(probe), [], presets=["torch_optim"],
                            callbacks=["Checkpoint('ck', resume_from='last', model='__main__:model', "
                                       "optimizer='__main__:optimizer')"])
