@@ -78,7 +78,7 @@ from ._joinpoints import (
     target_join_points,
 )
 from ._plain import check_plain
-from ._registry import Handle, register_entries, register_global
+from ._registry import Handle, register_entries, register_global, registered_on
 from .errors import (
     CallbackSignatureError,
     HookError,
@@ -913,24 +913,8 @@ def add_callback(target: Any, cb: Callback, /, **options: Any) -> Handle:
 
 def _attached_already(target: Any, cb: Callback) -> bool:
     """Is ``cb`` attached to ``target`` itself (its instance tier, its class's own
-    registrations, the function), not through another tier?"""
-    if isinstance(target, ModuleType):
-        return False  # its functions are checked as they are registered on, one by one
-    try:
-        chains = describe(target).chains
-    except HookError:
-        return False
-    if isinstance(target, type):
-        def here(source: Any) -> bool:
-            return bool(source.kind == "registered" and source.owner == target.__qualname__)
-    else:
-        jp = join_point_of(target)
-        tier = "function" if jp is not None and jp.owner is None else "instance"
-
-        def here(source: Any) -> bool:
-            return bool(source.tier == tier)
-    return any(getattr(entry.fn, "__self__", None) is cb and here(entry.source)
-               for entries in chains.values() for entry in entries)
+    registrations, the function)? A scan of that owner's registrations alone."""
+    return any(getattr(entry.fn, "__self__", None) is cb for entry in registered_on(target))
 
 
 def _attach_target(target: Any) -> Any:

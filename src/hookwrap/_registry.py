@@ -749,6 +749,27 @@ def _check_function(jp: Any, registrations: list[Registration], where: str) -> N
         planned_step(registration, spec)
 
 
+def registered_on(target: Any) -> list[Registration]:
+    """What is registered on ``target`` itself: an instance's own tier, a class's own
+    registrations, a function's; nothing for a module (its functions hold theirs).
+    Creates no record."""
+    jp = join_point_of(target)
+    if isinstance(target, ModuleType):
+        return []
+    if jp is not None and jp.binding == FUNCTION and jp.owner is None:
+        return list(jp.record.registrations) if jp.record is not None else []
+    if jp is not None:
+        target = jp.owner
+    if isinstance(target, type):
+        record = class_record(target, create=False)
+        return list(record.registrations) if record is not None else []
+    try:
+        state = instance_state(target, create=False)
+    except HookError:  # it cannot hold callbacks: registering says so
+        return []
+    return list(state.registrations) if state is not None else []
+
+
 def register_entries(target: Any, registrations: list[Registration], where: str) -> Handle:
     """Register parsed entries on an instance, a class, a module or a function."""
     jp = join_point_of(target)

@@ -348,3 +348,43 @@ def test_an_unknown_event_names_weave_as_the_fix_for_code_you_cannot_edit(hw):
     message = str(info.value)
     assert "Did you mean 'loss'?" in message
     assert "@hookwrap.hookable, or, in code you cannot edit, hookwrap.weave(Plain, 'los')." in message
+
+
+
+def test_the_same_callback_object_attached_twice_to_the_same_target_is_refused(hw):
+    """Its methods would run twice a call (a notebook cell run again): refused on the
+    instance, the class and a function, naming the fix; after its handle's remove()
+    it attaches again, and another object of the same class is another callback."""
+    class Trainer(hw.Hookable):
+        @hw.hookable
+        def step(self) -> None:
+            pass
+
+    @hw.hookable
+    def loss(x: float) -> float:
+        return x
+
+    class Counter(hw.Callback):
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def post_step(self, obj: Any) -> None:
+            self.calls += 1
+
+    class LossCounter(hw.Callback):
+        def post_loss(self, x: float) -> None:
+            pass
+
+    trainer = Trainer()
+    for target, cb in ((trainer, Counter()), (Trainer, Counter()), (loss, LossCounter())):
+        handle = hw.add_callback(target, cb)
+        with pytest.raises(hw.HookError, match=r"attached to .* already: attached again, each of its methods "
+                                                r"would run twice a call.*handle\.remove\(\)"):
+            hw.add_callback(target, cb)
+        handle.remove()
+        hw.add_callback(target, cb).remove()  # after remove(), it attaches again
+    counter = Counter()
+    trainer.add_callback(counter)
+    trainer.add_callback(Counter())  # another object: another callback
+    trainer.step()
+    assert counter.calls == 1
