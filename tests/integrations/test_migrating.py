@@ -51,6 +51,7 @@ PROBES: dict[str, str] = {
  "stop on a loss spike": r"(?i)spike",
  "skip the update of a bad batch and go on": r"(?i)skip.?(bad|step|batch)",
  "roll back to the last good weights and go on past the bad batches": r"(?i)roll.?back|revert|restore.?(last|good)",
+ "evaluate before the first step": r"(?i)eval\w*.?on.?start|evaluate.?first|val\w*.?before",
  "stop when good enough, or hopeless": r"(?i)stopping.?threshold|divergence.?threshold",
  "stop at a time limit": r"(?i)time.?limit|max.?time|duration",
  "save every N minutes": r"(?i)time.?interval|every.?n.?min|save.?time",

@@ -487,3 +487,26 @@ def test_skip_bad_steps_skips_the_update_of_a_bad_batch_as_if_it_never_came(hw, 
     reference.train_dataset = torch.utils.data.Subset(dataset, [i for i in range(len(dataset)) if not 8 <= i < 12])
     reference.train()
     assert torch.equal(weights(trainer), weights(reference))
+
+
+def test_evaluate_first_gives_hfs_eval_on_start(hw, preset, tmp_path):
+    """EvaluateFirst on the preset against HF's own ``eval_on_start=True`` on the same
+    run: the same evaluations in ``log_history`` (the first at step 0, before any
+    update), the same eval_loss values."""
+    from hookwrap.torch import EvaluateFirst
+
+    def evaluations(trainer: Any) -> list[tuple[int, float]]:
+        return [(row["step"], row["eval_loss"]) for row in trainer.state.log_history if "eval_loss" in row]
+
+    theirs = tiny_trainer(tmp_path / "theirs", steps=4, evaluate_every=2, eval_on_start=True)
+    theirs.train()
+    with preset.weave():
+        ours = tiny_trainer(tmp_path / "ours", steps=4, evaluate_every=2)
+        first = EvaluateFirst()
+        hw.add_callback(ours, first)
+        ours.train()
+    assert evaluations(theirs)[0][0] == 0 and len(evaluations(theirs)) == 3
+    assert [step for step, _ in evaluations(ours)] == [step for step, _ in evaluations(theirs)]
+    assert [loss for _, loss in evaluations(ours)] == pytest.approx([loss for _, loss in evaluations(theirs)],
+                                                                    rel=1e-6)
+    assert first.evaluations == 1

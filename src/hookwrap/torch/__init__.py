@@ -32,6 +32,7 @@ from .distributed import ranks_where
 from .early_stopping import EarlyStopping
 from .grad_scaler import GradScaler
 from .ema import EMA
+from .evaluate_first import EvaluateFirst
 from .loop_changes import GradAccumulation
 from .loop_changes import GradClip
 from .memory import MemoryMonitor
@@ -69,6 +70,7 @@ __all__ = [
     "Checkpoint",
     "EMA",
     "EarlyStopping",
+    "EvaluateFirst",
     "GradAccumulation",
     "GradClip",
     "GradNorm",
