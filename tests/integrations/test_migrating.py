@@ -43,6 +43,7 @@ PROBES: dict[str, str] = {
  "learning rate": r"(?i)(lr|learning.?rate).?(monitor|logger|log)",
  "gradient norm": r"(?i)grad.?norm.*(monitor|log)|gradnorm",
  "per-layer gradient and weight norms": r"(?i)grads?.?(scalar|hist)|weights?.?(scalar|hist)|^grad_norm$",
+ "gradient and weight histograms": r"(?i)hist(?!ory)",
  "clip gradients": r"(?i)clip",
  "accumulate gradients": r"(?i)accumulat",
  "average the weights": r"EMA|(?i:(^|_)ema|weight.?averag|swa\b)",

@@ -80,3 +80,62 @@ def test_the_values_of_lightnings_grad_norm_utility(hw, ht, tmp_path):
 def test_without_a_logger_it_is_refused_naming_it(hw, ht):
     with pytest.raises(hw.SettingError, match="pass logger=MetricsLogger"):
         hw.add_callback(_loop(hw), ht.LayerStats())
+
+
+def _histograms(folder: Any) -> dict[tuple[str, int], tuple[float, float, float, float, list[float]]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder), size_guidance={"histograms": 0})
+    events.Reload()
+    return {(tag, event.step): (event.histogram_value.min, event.histogram_value.max, event.histogram_value.num,
+                                event.histogram_value.sum, list(event.histogram_value.bucket))
+            for tag in events.Tags()["histograms"] for event in events.Histograms(tag)}
+
+
+def test_histograms_are_those_tensorboard_makes_of_each_gradient_and_weight(hw, ht, tmp_path):
+    """histograms=True, every 2 steps: in TensorBoard, grads/<parameter> and
+    weights/<parameter> at steps 2 and 4, each the histogram SummaryWriter makes of
+    that parameter's gradient (and values) as they were then, written here by hand
+    (what ignite's GradsHistHandler and WeightsHistHandler write); one copy to the
+    host an interval."""
+    pytest.importorskip("tensorboard", reason="needs tensorboard (the test extra)")
+    from torch.utils.tensorboard import SummaryWriter
+
+    loop = _loop(hw)
+    logger = ht.MetricsLogger(tmp_path / "m.csv", tensorboard=tmp_path / "ours")
+    hw.add_callback(loop, ht.LayerStats(every=2, logger=logger, histograms=True))
+    by_hand = SummaryWriter(str(tmp_path / "theirs"))
+    seen = {"step": 0}
+
+    def record(self: Any, loss: Any) -> None:  # after backward: the gradients LayerStats sees
+        seen["step"] += 1
+        if seen["step"] % 2 == 0:
+            for name, p in self.model.named_parameters():
+                by_hand.add_histogram(f"grads/{name}", p.grad.detach().cpu(), seen["step"])
+                by_hand.add_histogram(f"weights/{name}", p.detach().cpu(), seen["step"])
+
+    hw.after(loop, "backward", record)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(4):
+        loop.step(torch.randn(8, 3, generator=g), torch.randn(8, 1, generator=g))
+    logger.close()
+    by_hand.close()
+    ours, theirs = _histograms(tmp_path / "ours"), _histograms(tmp_path / "theirs")
+    assert len(theirs) == 2 * 4 * 2  # 4 parameters, gradients and weights, steps 2 and 4
+    assert ours == theirs
+    # The copy to the host: one per interval for all the parameters (then binned there).
+    loop = _loop(hw)
+    logger = ht.MetricsLogger(tmp_path / "m2.csv", tensorboard=tmp_path / "again")
+    hw.add_callback(loop, ht.LayerStats(every=2, logger=logger, histograms=True))
+    with ht.count_host_reads() as reads:
+        for _ in range(4):
+            loop.step(torch.randn(8, 3, generator=g), torch.randn(8, 1, generator=g))
+    assert reads.by_method == {"cpu": 2, "numpy": 2}, reads  # (the norms are read later, queued)
+    logger.close()
+
+
+def test_histograms_without_tensorboard_are_refused_naming_the_fix(hw, ht, tmp_path):
+    loop = _loop(hw)
+    logger = ht.MetricsLogger(tmp_path / "m.csv", tensorboard=False)
+    with pytest.raises(hw.SettingError, match=r"histograms=True sends TensorBoard histograms.*tensorboard="):
+        hw.add_callback(loop, ht.LayerStats(logger=logger, histograms=True))

@@ -219,6 +219,22 @@ class LRMonitor(LogsInto, CountingCallback):
         return self.history[-1][1] if self.history else None
 
 
+_HISTOGRAMS = "\0histograms"  # the key of LayerStats' histograms among its stats (no parameter's name)
+
+
+def _on_host(named: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """Each tensor as a NumPy array on the host, all copied in one read (one flat
+    float32 tensor), then split there: what TensorBoard bins."""
+    if not named:
+        return []
+    flat: Any = torch.cat([t.reshape(-1).to(named[0][1].device, torch.float32) for _, t in named]).cpu().numpy()
+    ends, arrays = 0, []
+    for name, t in named:
+        arrays.append((name, flat[ends:ends + t.numel()].reshape(tuple(t.shape))))
+        ends += t.numel()
+    return arrays
+
+
 class LayerStats(GradNorm):
     """Per-layer statistics, every ``every`` calls of ``event`` (default
     ``"backward"``; on a framework's preset, once per update after its last
@@ -228,21 +244,32 @@ class LayerStats(GradNorm):
     parameter, ``weight_norm/<parameter>``, into ``logger`` (a MetricsLogger; under
     ``hookwrap run`` the run's). Computed on the device and queued with the other
     shipped callbacks' values: one read-back per logging interval, not one per
-    layer. Gradients a ``GradScaler`` holds scaled are reported unscaled."""
+    layer. Gradients a ``GradScaler`` holds scaled are reported unscaled.
+
+    With ``histograms=True``, each interval also sends TensorBoard a histogram of
+    each parameter's gradient (``grads/<parameter>``) and, with ``weights``, of its
+    values (``weights/<parameter>``), as ignite's ``GradsHistHandler`` and
+    ``WeightsHistHandler`` name them: all copied to the host in one read, then
+    binned there. The logger must write TensorBoard (``tensorboard=``)."""
 
     def __init__(self, model: Any = "model", every: int = 50, event: str = "backward", logger: Any = None,
                  weights: bool = True, norm_type: float = 2.0, step_event: str | None = DefaultEvent("step"),
-                 name: str = "grad_norm") -> None:
+                 name: str = "grad_norm", histograms: bool = False) -> None:
         super().__init__(model, norm_type, every, event, logger, step_event, name)
         self.name += "/"  # a prefix: its rows are <name>/<parameter>, apart from GradNorm's <name>
-        if not isinstance(weights, bool):
-            raise SettingError(f"LayerStats: weights must be True or False, got {weights!r}.")
-        self.weights = weights
+        for setting, value in (("weights", weights), ("histograms", histograms)):
+            if not isinstance(value, bool):
+                raise SettingError(f"LayerStats: {setting} must be True or False, got {value!r}.")
+        self.weights, self.histograms = weights, histograms
 
     def attach(self, target: Any) -> list[tuple[str, Callable[..., Any]]]:
         if self.logger is None:
             raise SettingError("LayerStats: it logs one value per layer, which only a MetricsLogger can hold: "
                                "pass logger=MetricsLogger(...) (under hookwrap run, the run's is used).")
+        if self.histograms and getattr(self.logger, "tensorboard", None) is None:
+            raise SettingError("LayerStats: histograms=True sends TensorBoard histograms, and its logger writes "
+                               "no TensorBoard: pass the MetricsLogger tensorboard= a folder (pip install "
+                               "tensorboard).")
         return super().attach(target)
 
     def _norm(self, obj: Any, model: Any) -> Any:
@@ -257,18 +284,26 @@ class LayerStats(GradNorm):
         scale = scale_of_gradients(obj)
         if scale is not None:  # a GradScaler's gradients, not unscaled yet: the true norms, on the device
             norms = [norm / scale.to(norm.device) for norm in norms]
-        stats = {f"{self.name}{name}": norm for (name, _), norm in zip(named, norms)}
+        stats: dict[str, Any] = {f"{self.name}{name}": norm for (name, _), norm in zip(named, norms)}
         if self.weights:
             stats.update((f"weight_norm/{name}", torch.linalg.vector_norm(p.detach(), self.norm_type))
                          for name, p in model.named_parameters())
+        if self.histograms:
+            stats[_HISTOGRAMS] = _on_host(
+                [(f"grads/{name}", p.grad.detach() if scale is None else p.grad.detach() / scale.to(p.grad.device))
+                 for name, p in named]
+                + ([(f"weights/{name}", p.detach()) for name, p in model.named_parameters()] if self.weights else []))
         return stats
 
     def _put(self, stats: Any) -> None:
         if stats is None:
             return
         step = self.row_step()
+        histograms = stats.pop(_HISTOGRAMS, ())
         for name, value in stats.items():  # each queued, read back together with the rest
             self.logger.log(name, value, step)
+        for name, values in histograms:
+            self.logger.log_histogram(name, values, step)
 
     @property
     def history(self) -> list[tuple[int, float]]:
