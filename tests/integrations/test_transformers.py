@@ -510,3 +510,27 @@ def test_evaluate_first_gives_hfs_eval_on_start(hw, preset, tmp_path):
     assert [loss for _, loss in evaluations(ours)] == pytest.approx([loss for _, loss in evaluations(theirs)],
                                                                     rel=1e-6)
     assert first.evaluations == 1
+
+
+def test_best_checkpoint_to_safetensors_is_what_from_pretrained_loads(hw, preset, tmp_path):
+    """``BestCheckpoint("best/model.safetensors")`` on HF's Trainer: the best weights,
+    restored at the end, are what ``from_pretrained`` loads from that folder (beside
+    the model's config.json), tied weights included; the file holds tensors and its
+    metadata alone. An optimizer to save there is refused."""
+    import safetensors
+    from hookwrap.torch import BestCheckpoint
+
+    with preset.weave():
+        trainer = tiny_trainer(tmp_path / "run", steps=4, evaluate_every=2)
+        best = BestCheckpoint(tmp_path / "best" / "model.safetensors", monitor="eval_loss", restore_best=True)
+        hw.add_callback(trainer, best)
+        trainer.train()
+    assert best.saved >= 1
+    trainer.model.config.save_pretrained(tmp_path / "best")
+    loaded = hf.GPT2LMHeadModel.from_pretrained(tmp_path / "best")
+    ours, theirs = trainer.model.state_dict(), loaded.state_dict()
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[k].cpu(), theirs[k]) for k in ours)
+    with safetensors.safe_open(str(tmp_path / "best" / "model.safetensors"), "pt") as f:
+        assert f.metadata()["monitor"] == "eval_loss" and float(f.metadata()["value"]) == best.best.value
+    with pytest.raises(hw.SettingError, match=r"holds the weights alone.*optimizer=None"):
+        BestCheckpoint(tmp_path / "x.safetensors", optimizer=torch.optim.SGD(trainer.model.parameters(), lr=0.1))

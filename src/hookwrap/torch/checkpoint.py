@@ -13,6 +13,7 @@ import signal
 import time
 import types
 import warnings
+from pathlib import Path
 from typing import Any, Callable, Literal, overload
 
 from ..errors import HookError, HookwrapWarning, SettingError, add_note_once
@@ -56,14 +57,35 @@ class BestCheckpoint(MonitoredCallback):
     rank reads a half-written file, and a failed write stops every rank). The
     restore loads the file on each rank onto the device of the model's parameters
     (``map_location``); ``path`` must be on a filesystem every rank sees.
+
+    A ``path`` ending in ``.safetensors`` is written with ``safetensors``
+    (``save_model``: the weights alone, shared tensors once, the monitor, value and
+    step as its metadata), for HF users: beside the model's ``config.json`` it is
+    what ``from_pretrained`` loads. It holds no optimizer (``optimizer`` must be left
+    as it is, or None), and it is a local file.
     """
 
     def __init__(self, path: str | os.PathLike[str], monitor: str = "val_loss", mode: str = "min",
                  event: str = "evaluate", model: Any = "model", optimizer: Any = "optimizer",
                  restore_best: bool = False, min_delta: float = 0.0, fit_event: str = "fit",
                  step_event: str | None = DefaultEvent("step")) -> None:
-        self.path = storage_path(path, f"BestCheckpoint({os.fspath(path)!r})")
+        where = f"BestCheckpoint({os.fspath(path)!r})"
+        self.path = storage_path(path, where)
         self.io = CheckpointIO()  # the files: written, read and found through it
+        self.safetensors = os.fspath(path).endswith(".safetensors")
+        if self.safetensors:
+            if isinstance(self.path, RemotePath):
+                raise SettingError(f"{where}: a .safetensors file is written on this machine's disk: give a "
+                                   f"local path, or a .pt file for a URL.")
+            if optimizer is not None and optimizer != "optimizer":
+                raise SettingError(f"{where}: a .safetensors file holds the weights alone, and optimizer= names one "
+                                   f"to save: pass optimizer=None, or a .pt path to keep both.")
+            optimizer = None
+            try:
+                import safetensors.torch  # noqa: F401
+            except ImportError:
+                raise ImportError(f"{where}: writing .safetensors needs the safetensors package: pip install "
+                                  f"safetensors (HF's transformers installs it), or give a .pt path.") from None
         self.model, self.optimizer = model, optimizer
         self.restore_best, self.fit_event = restore_best, fit_event
         self.saved = 0
@@ -110,6 +132,9 @@ class BestCheckpoint(MonitoredCallback):
         """Write the checkpoint: ``model`` and ``optimizer`` given, else read from ``obj``."""
         if model is None:
             model = from_object(obj, self.model, "model", self.where)
+        if self.safetensors:
+            self._save_safetensors(model, value)
+            return
         checkpoint = {"model": model.state_dict(), "monitor": self.monitor, "value": value,
                       "step": self.step}
         if self.optimizer is not None:
@@ -117,6 +142,23 @@ class BestCheckpoint(MonitoredCallback):
                 optimizer = from_object(obj, self.optimizer, "optimizer", self.where)
             checkpoint["optimizer"] = optimizer.state_dict()
         self.io.save(checkpoint, self.path)
+        self.saved += 1
+        log.info("%s: saved the best %s so far, %.6g, at step %d", self.where, self.monitor, value, self.step)
+
+    def _save_safetensors(self, model: Any, value: float) -> None:
+        """The weights with ``safetensors.torch.save_model``, atomically (a temporary
+        file in the folder, then renamed over ``path``)."""
+        import safetensors.torch
+
+        path = Path(str(self.path))  # a local file (a URL is refused when made)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            safetensors.torch.save_model(model, str(temporary), metadata={
+                "monitor": str(self.monitor), "value": repr(value), "step": str(self.step)})
+            os.replace(temporary, path)
+        finally:
+            temporary.unlink(missing_ok=True)
         self.saved += 1
         log.info("%s: saved the best %s so far, %.6g, at step %d", self.where, self.monitor, value, self.step)
 
@@ -146,6 +188,12 @@ class BestCheckpoint(MonitoredCallback):
             return  # saved, then removed by someone else: nothing to load
         if model is None:
             model = from_object(obj, self.model, "model", self.where)
+        if self.safetensors:  # tensors alone: nothing in the file can run code
+            import safetensors.torch
+
+            safetensors.torch.load_model(model, str(self.path), device=str(_device_of(model)))
+            log.info("%s: restored the best weights from %s", self.where, self.path)
+            return
         checkpoint = self.io.load(self.path, map_location=_device_of(model))
         model.load_state_dict(checkpoint["model"])
         if self.optimizer is not None and "optimizer" in checkpoint:
