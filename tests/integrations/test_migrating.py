@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 HEADER = "| job | Lightning | Hugging Face | ignite | pytorch-accelerated | hookwrap |"
 # Where each library exports its callbacks (or handlers), and its trainer.
 EXPORTS = {
-    "Lightning": ("lightning.pytorch.callbacks", "lightning.pytorch", "lightning.pytorch.plugins.environments",
-                  "lightning.pytorch.utilities"),
+    "Lightning": ("lightning.pytorch.callbacks", "lightning.pytorch", "lightning.pytorch.plugins",
+                  "lightning.pytorch.plugins.environments", "lightning.pytorch.utilities"),
     "Hugging Face": ("transformers",),
     "ignite": ("ignite.handlers", "ignite.metrics", "ignite.engine", "ignite.handlers.tensorboard_logger"),
     "pytorch-accelerated": ("pytorch_accelerated.callbacks", "pytorch_accelerated"),
@@ -55,6 +55,7 @@ PROBES: dict[str, str] = {
  "evaluate before the first step": r"(?i)eval\w*.?on.?start|evaluate.?first|val\w*.?before",
  "stop when good enough, or hopeless": r"(?i)stopping.?threshold|divergence.?threshold",
  "stop at a time limit": r"(?i)time.?limit|max.?time|duration",
+ "write checkpoints in the background": r"(?i)async",
  "save every N minutes": r"(?i)time.?interval|every.?n.?min|save.?time",
  "save when the run raises": r"(?i)exception.?checkpoint|on.?exception",
  "save on preemption (`SIGTERM`, SLURM's `SIGUSR1`)": r"(?i)requeue|preempt|sigterm",

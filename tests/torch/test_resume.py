@@ -312,6 +312,63 @@ def test_a_failed_write_leaves_the_previous_file_whole(hw, ht, tmp_path, monkeyp
     assert os.listdir(tmp_path) == ["last.pt"] and (tmp_path / "last.pt").read_bytes() == before
 
 
+def _files(folder: Any) -> dict[str, Any]:
+    return {name: torch.load(folder / name, weights_only=True) for name in sorted(os.listdir(folder))}
+
+
+def test_async_write_writes_the_same_files_from_another_thread(hw, ht, tmp_path, monkeypatch):
+    """async_write=True, top-k and every-N: the same files with the same contents as
+    the same run written in the training thread; each written by a background thread,
+    after the save returned (a step ran before it ended)."""
+    scores = [0.5, 0.7, 0.6, 0.9, 0.55, 0.8]
+    settings = dict(monitor="val_acc", mode="max", save_top_k=2, every_n_steps=3)
+    plain = make_loop(hw, ht, scores, dir=tmp_path / "plain", **settings)
+    plain.fit(len(scores))
+    writers: list[str] = []
+    steps_while_writing: list[int] = []  # the loop's step count as step=3.pt's write ends
+    io_class = importlib.import_module("hookwrap.torch.checkpoint_io").CheckpointIO
+    write = io_class.write_atomically
+
+    def slow_write(self: Any, path: Any, data: bytes) -> None:
+        import threading
+        import time
+
+        writers.append(threading.current_thread().name)
+        time.sleep(0.05)
+        if path.name == "step=3.pt":  # the steps the loop made by the end of this write
+            steps_while_writing.append(background.checkpoint.step)
+        write(self, path, data)
+
+    monkeypatch.setattr(io_class, "write_atomically", slow_write)
+    background = make_loop(hw, ht, scores, dir=tmp_path / "background", async_write=True, **settings)
+    background.fit(len(scores))
+    assert _files(tmp_path / "background").keys() == _files(tmp_path / "plain").keys()
+    for name, saved in _files(tmp_path / "background").items():
+        theirs = _files(tmp_path / "plain")[name]
+        assert saved["step"] == theirs["step"] and torch.equal(saved["model"]["weight"], theirs["model"]["weight"])
+    assert background.checkpoint.top_k == plain.checkpoint.top_k
+    assert writers and all(name.startswith("hookwrap Checkpoint(") for name in writers)
+    assert steps_while_writing and steps_while_writing[0] > 3  # training went on while step=3.pt was written
+
+
+def test_an_async_write_that_fails_is_raised_at_the_next_step_and_rolled_back(hw, ht, tmp_path, monkeypatch):
+    loop = make_loop(hw, ht, [0.5, 0.7, 0.6], dir=tmp_path, monitor="val_acc", mode="max", save_last=False,
+                     async_write=True)
+    loop.fit(1)
+    loop.checkpoint.wait_for_write()
+    assert os.listdir(tmp_path) == ["best-epoch=1-step=2.pt"]
+    io_class = importlib.import_module("hookwrap.torch.checkpoint_io").CheckpointIO
+
+    def fail(self: Any, path: Any, data: bytes) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(io_class, "write_atomically", fail)
+    with pytest.raises(hw.HookError, match=r"writing best-epoch=2-step=4\.pt \(step 4\) in the background failed: "
+                                           r"OSError\('disk full'\)\. The files and the top-k are as at the last"):
+        loop.fit(1)
+    assert os.listdir(tmp_path) == ["best-epoch=1-step=2.pt"]
+    assert loop.checkpoint.top_k == [(0.5, 2, "best-epoch=1-step=2.pt")]
+
 def _recording_io(calls: list[tuple[str, Any]]) -> Any:
     """A CheckpointIO that records each call the policy makes through it."""
     base = importlib.import_module("hookwrap.torch.checkpoint_io").CheckpointIO

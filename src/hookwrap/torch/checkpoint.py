@@ -10,6 +10,7 @@ import logging
 import math
 import os
 import signal
+import threading
 import time
 import types
 import warnings
@@ -296,7 +297,13 @@ class Checkpoint(MonitoredCallback):
       ``SystemExit(128 + signum)``);
     * ``dir`` may be a URL (``s3://``, ``memory://``) opened with fsspec;
     * an FSDP-wrapped model (or any, with ``sharded=True``) is saved in shards by
-      ``torch.distributed.checkpoint``: each checkpoint a folder of that name.
+      ``torch.distributed.checkpoint``: each checkpoint a folder of that name;
+    * ``async_write=True``: the state is taken (copied to the host) when the save is
+      due, and its files are written by a background thread, one write in flight
+      (the next save waits for it; Lightning's ``AsyncCheckpointIO``). A failed write
+      is raised at the next step or save, top-k and the folder as at the last write;
+      the end of ``fit``, a signal's or an exception's save and ``resume`` wait for it.
+      Under torch.distributed and for shards the write stays in the training thread.
     """
 
     def __init__(self, dir: str | os.PathLike[str], monitor: str | None = None, mode: str = "min",
@@ -309,7 +316,7 @@ class Checkpoint(MonitoredCallback):
                  fit_event: str | None = DefaultEvent("fit"),
                  step_event: str | None = DefaultEvent("step"), on_exception: bool = False,
                  on_signal: Any = None, sharded: bool | None = None,
-                 every_n_minutes: float | None = None) -> None:
+                 every_n_minutes: float | None = None, async_write: bool = False) -> None:
         where = f"Checkpoint({str(dir)!r})"
         if not isinstance(dir, (str, os.PathLike)) or not str(dir):
             raise SettingError(f"{where}: dir must be a folder path, got {dir!r}.")
@@ -327,6 +334,10 @@ class Checkpoint(MonitoredCallback):
             raise SettingError(f"{where}: save_last must be True or False, got {save_last!r}.")
         if not isinstance(on_exception, bool):
             raise SettingError(f"{where}: on_exception must be True or False, got {on_exception!r}.")
+        if not isinstance(async_write, bool):
+            raise SettingError(f"{where}: async_write must be True or False, got {async_write!r}.")
+        self.async_write = async_write
+        self._in_flight: _Write | None = None  # async_write: the files being written in the background
         self.on_exception = on_exception
         if sharded is not None and not isinstance(sharded, bool):
             raise SettingError(f"{where}: sharded must be True, False or None (sharded when the model is "
@@ -502,7 +513,15 @@ class Checkpoint(MonitoredCallback):
             pairs.append((f"post-{self.step_event}", self._writer()))
         if self._counts_completed:
             pairs.append((f"post-{self.step_event}", reader(self._step_completed, "post-")))
+        if self.async_write and self.wants(target, self.step_event):
+            pairs.append((f"pre-{self.step_event}", reader(self._written_by_now, "pre-")))
         return pairs
+
+    def _written_by_now(self, obj: Any) -> None:
+        """Each step: a background write that has ended is committed, or its error
+        raised here; one still running is left to run."""
+        if self._in_flight is not None and not self._in_flight.thread.is_alive():
+            self.wait_for_write()
 
     def _step_ended(self, obj: Any) -> None:
         due = self.every_n_steps is not None and self.step % self.every_n_steps == 0
@@ -580,6 +599,7 @@ class Checkpoint(MonitoredCallback):
                 self._pending.add("last.pt")
             if self._pending:
                 self._write(obj)
+            self.wait_for_write()  # the run ends with its files written
         finally:
             self._held.clear()
             if self._caught is not None:
@@ -643,6 +663,7 @@ class Checkpoint(MonitoredCallback):
         self._interrupted = True
         try:
             self._write(obj)
+            self.wait_for_write()  # on disk before the signal takes its course
         except Exception as failure:
             # The platform still ends the process: the signal goes on, the failure is logged
             # (and is the context of what finish raises).
@@ -658,6 +679,11 @@ class Checkpoint(MonitoredCallback):
 
     def _fit_failed(self, obj: Any, exception: BaseException) -> None:
         try:
+            try:
+                self.wait_for_write()
+            except Exception as failure:  # the exception leaving fit goes on; this one is noted on it
+                add_note_once(exception, f"{self.where}: also, a checkpoint written in the background failed: "
+                                         f"{failure}")
             if self.on_exception and not self._interrupted \
                     and not isinstance(exception, (SystemExit, GeneratorExit)):
                 self._save_on_exception(obj, exception)
@@ -708,6 +734,7 @@ class Checkpoint(MonitoredCallback):
             if self.save_last:
                 self._pending.add("last.pt")
             self._write(obj, rng=rng)
+            self.wait_for_write()
             self._interrupted = True
         except Exception as failure:
             log.error("%s: %s raised; saving it failed: %r", self.where, what, failure)
@@ -767,6 +794,7 @@ class Checkpoint(MonitoredCallback):
         # One transaction: the files written, then top-k committed and the evicted files
         # deleted. A write that fails (a full disk) leaves top-k and the folder as they
         # were at the last write, and raises.
+        self.wait_for_write()  # one write in flight at most: the last one first
         names = sorted(self._pending)
         kept = {entry[2] for entry in self._kept}
         new_best = [name for name in names if name in {entry[2] for entry in self.top_k} and name not in kept]
@@ -775,6 +803,9 @@ class Checkpoint(MonitoredCallback):
         try:
             state = self.checkpoint(obj, rng=rng)  # a collective under torch.distributed: every rank
             shards = state.pop("sharded", None)
+            if self.async_write and shards is None and not is_distributed():
+                self._write_in_background(state, names, new_best)
+                return
             if shards is not None:
                 state["sharded"] = sorted(shards)  # what the folder's shards hold
                 self.io.save_sharded(state, shards, [self.dir / name for name in names], self.where)  # every rank
@@ -797,6 +828,55 @@ class Checkpoint(MonitoredCallback):
                                   f"not be deleted ({exc}); delete it yourself.", HookwrapWarning, stacklevel=2)
             log.info("%s: saved %s at step %d%s", self.where, ", ".join(names), self.step,
                      f" (removed {', '.join(evicted)})" if evicted else "")
+
+    def _write_in_background(self, state: dict[str, Any], names: list[str], new_best: list[str]) -> None:
+        """``async_write``: the state serialized now (the tensors copied to the host:
+        the files hold this moment), the files written by a thread, committed by
+        ``wait_for_write`` (the next write, a step that finds it done, the end of fit)."""
+        data = self.io.serialize(state)
+        job = _Write(names, new_best, self._evicted, list(self.top_k), self.step)
+        self._pending.clear()
+        self._evicted = []
+
+        def write() -> None:
+            try:
+                self.io.write(data, *(self.dir / name for name in names))
+            except BaseException as exc:  # raised in the training thread, at wait_for_write
+                job.failure = exc
+
+        # Not a daemon: the interpreter waits for it at exit, so no file is left half-made.
+        job.thread = threading.Thread(target=write, name=f"hookwrap {self.where}", daemon=False)
+        self._in_flight = job
+        job.thread.start()
+
+    def wait_for_write(self) -> None:
+        """Wait for the checkpoint being written in the background (``async_write``),
+        then commit it (top-k, the files it replaces deleted); a write that failed is
+        rolled back (top-k and the folder as at the last write) and raised here."""
+        job, self._in_flight = self._in_flight, None
+        if job is None:
+            return
+        job.thread.join()
+        if job.failure is not None:
+            self.top_k = list(self._kept)  # as the folder holds it
+            for name in job.new_best:
+                try:
+                    self.io.remove(self.dir / name)
+                except OSError:
+                    pass  # the error raised is the write's
+            raise HookError(f"{self.where}: writing {', '.join(job.names)} (step {job.step}) in the background "
+                            f"failed: {job.failure!r}. The files and the top-k are as at the last write.") \
+                from job.failure
+        self._kept = job.top_k
+        self.saved += len(job.names)
+        for name in job.evicted:
+            try:
+                self.io.remove(self.dir / name)
+            except OSError as exc:
+                warnings.warn(f"{self.where}: {name}, no longer among the {self.save_top_k} best, could "
+                              f"not be deleted ({exc}); delete it yourself.", HookwrapWarning, stacklevel=2)
+        log.info("%s: saved %s at step %d in the background%s", self.where, ", ".join(job.names), job.step,
+                 f" (removed {', '.join(job.evicted)})" if job.evicted else "")
 
     def _roll_back(self, new_best: list[str]) -> None:
         """A write failed: top-k as the folder holds it (the last write's), nothing
@@ -904,6 +984,7 @@ class Checkpoint(MonitoredCallback):
         a framework's trainer that resumes its runs itself (HF ``Trainer``,
         Lightning, ignite), naming its way."""
         self._refuse_framework_resume(obj, resuming=True)
+        self.wait_for_write()  # a file still being written is read whole
         file = self.resolve(path)
         if not self.io.exists_on_every_rank(file, self.where):
             if missing_ok:
@@ -958,6 +1039,16 @@ class Checkpoint(MonitoredCallback):
         self._kept = list(self.top_k)
         log.info("%s: resumed from %s at step %d, epoch %d", self.where, str(file), self.step, self.epoch)
         return state
+
+
+class _Write:
+    """A checkpoint being written in the background: what to commit when it is done."""
+
+    def __init__(self, names: list[str], new_best: list[str], evicted: list[str], top_k: list[Any],
+                 step: int) -> None:
+        self.names, self.new_best, self.evicted, self.top_k, self.step = names, new_best, evicted, top_k, step
+        self.thread: threading.Thread = threading.Thread()
+        self.failure: BaseException | None = None
 
 
 def _is_top_k(value: Any) -> bool:

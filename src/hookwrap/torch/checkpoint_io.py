@@ -167,11 +167,21 @@ class CheckpointIO:
     def save(self, checkpoint: Mapping[str, Any], *paths: StoragePath) -> None:
         """Write ``checkpoint`` (serialized once) to each of ``paths``, atomically
         where the filesystem allows, making their folders."""
+        self.write(self.serialize(checkpoint), *paths)
+
+    @staticmethod
+    def serialize(checkpoint: Mapping[str, Any]) -> bytes:
+        """``checkpoint`` as ``torch.save`` writes it: the tensors copied to the host
+        now, so what is written later is the state of this moment."""
         import torch
 
         buffer = io.BytesIO()
         torch.save(checkpoint, buffer)
-        data = buffer.getvalue()
+        return buffer.getvalue()
+
+    def write(self, data: bytes, *paths: StoragePath) -> None:
+        """``data`` (``serialize``'s) as each of ``paths``, atomically where the
+        filesystem allows, making their folders: safe to run in another thread."""
         swept: set[Path] = set()
         for path in paths:
             if isinstance(path, RemotePath):
