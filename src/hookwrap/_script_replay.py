@@ -150,6 +150,8 @@ class Replay(Callback):
     def end(self, ended_normally: bool) -> None:
         """The script ended: what was held off is put back; ending before the saved
         step is said (a run that could not reach it is no resume)."""
+        if not self.replaying:
+            self._show_output()  # the lines since the saved step, said as they are held off
         self._release()
         replaying, self.replaying = self.replaying, False
         if replaying and ended_normally:
@@ -283,9 +285,15 @@ class HeldOff:
         self.torch, self.save = torch, torch.save
         saves = self.saves
 
+        save = torch.save
+
         def skipped_save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> None:
-            if isinstance(f, (str, os.PathLike)):  # an open file was said when opened
+            if isinstance(f, (str, os.PathLike)):
                 saves.add(os.fspath(f))
+                return
+            # A file the script opened (held_open: the null device) or a buffer it reads
+            # back (io.BytesIO): written as asked, no file of the run's changes.
+            save(obj, f, *args, **kwargs)
 
         torch.save = skipped_save
         self.module = module if module is not None and "open" not in vars(module) else None

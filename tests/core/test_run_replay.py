@@ -23,7 +23,7 @@ torch = pytest.importorskip("torch", reason="needs the torch extra")
 # random numbers each step, an LR scheduler steps each epoch, and the script saves a
 # file of its own after its 5th update (through an open file, as word_language_model does).
 LOOP = """
-    import argparse, os, signal
+    import argparse, io, os, signal
     import torch
     from torch.utils.data import DataLoader, TensorDataset
     parser = argparse.ArgumentParser()
@@ -59,6 +59,11 @@ LOOP = """
             if it == 5:
                 with open(os.path.join(args.out, "own.pt"), "wb") as f:
                     torch.save(model.state_dict(), f)
+            if it == 7:  # a copy through a buffer, read back: written as asked, in the replay too
+                buffer = io.BytesIO()
+                torch.save(model.state_dict(), buffer)
+                buffer.seek(0)
+                assert torch.load(buffer).keys() == model.state_dict().keys()
         scheduler.step()
         print(f"epoch {epoch}: val {evaluate():.6f}")
     torch.save(model.state_dict(), os.path.join(args.out, "final.pt"))

@@ -59,3 +59,32 @@ def test_an_evaluation_that_needs_arguments_is_refused_when_attached(hw, ht):
         loop.add_callback(ht.EvaluateFirst())
     with pytest.raises(hw.SettingError, match=r"event must be a join point name"):
         ht.EvaluateFirst(event="")
+
+
+def test_the_model_trains_after_an_evaluation_that_switched_it_to_eval(hw, ht):
+    """An evaluate() that calls model.eval() (and leaves it so): the first steps still
+    run in training mode, as the loop had set it."""
+    class Loop(hw.Hookable):
+        def __init__(self) -> None:
+            self.model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5))
+            self.modes: list[bool] = []
+
+        @hw.hookable
+        def fit(self, steps: int) -> None:
+            self.model.train()
+            for _ in range(steps):
+                self.step()
+
+        @hw.hookable
+        def step(self) -> None:
+            self.modes.append(self.model[1].training)
+
+        @hw.hookable
+        def evaluate(self) -> dict[str, float]:
+            self.model.eval()
+            return {"val_loss": 1.0}
+
+    loop = Loop()
+    loop.add_callback(ht.EvaluateFirst())
+    loop.fit(3)
+    assert loop.modes == [True, True, True]

@@ -368,6 +368,34 @@ def test_an_async_write_that_fails_is_raised_at_the_next_step_and_rolled_back(hw
         loop.fit(1)
     assert os.listdir(tmp_path) == ["best-epoch=1-step=2.pt"]
     assert loop.checkpoint.top_k == [(0.5, 2, "best-epoch=1-step=2.pt")]
+    assert not loop.checkpoint._pending and not loop.checkpoint._evicted  # nothing left to write or delete
+
+
+def test_async_write_without_fit_is_refused_naming_the_fix(hw, ht, tmp_path):
+    """Without a fit join point nothing would wait for the last background write: its
+    failure would go unheard."""
+    class Loop(hw.Hookable):
+        @hw.hookable
+        def step(self) -> None:
+            pass
+
+    with pytest.raises(hw.HookError, match=r"async_write commits \(or raises\) its last background write when "
+                                           r"fit ends, and the target has no 'fit'"):
+        Loop().add_callback(ht.Checkpoint(tmp_path, model=torch.nn.Linear(1, 1), async_write=True))
+
+
+def test_a_resume_that_fails_never_saves_over_the_file_it_resumes(hw, ht, tmp_path):
+    """on_exception with resume_from: the file does not fit the model, the resume
+    raises at the start of fit, and last.pt is left as it was (no save of the model
+    that never trained over it)."""
+    loop = make_loop(hw, ht, [0.1, 0.2], dir=tmp_path)
+    loop.fit(1)
+    before = (tmp_path / "last.pt").read_bytes()
+    again = make_loop(hw, ht, [0.1], dir=tmp_path, on_exception=True, resume_from="last")
+    again.model = torch.nn.Linear(3, 1)  # another shape: the file cannot be loaded into it
+    with pytest.raises(hw.HookError, match=r"last\.pt"):
+        again.fit(1)
+    assert (tmp_path / "last.pt").read_bytes() == before and sorted(os.listdir(tmp_path)) == ["last.pt"]
 
 def _recording_io(calls: list[tuple[str, Any]]) -> Any:
     """A CheckpointIO that records each call the policy makes through it."""

@@ -222,3 +222,17 @@ def test_rollback_stops_the_run_after_max_rollbacks(hw, ht):
             loop.step(x, y)
     with pytest.raises(hw.SettingError, match=r"Rollback: every must be"):
         ht.Rollback(every=0)
+
+
+def test_rollback_keeps_the_learning_rate_the_schedule_has_reached(hw, ht):
+    """The optimizer's state goes back, not its settings: after a rollback at step 6 an
+    ExponentialLR stepped after every update goes on from its rate of then."""
+    loop = _loop(hw)
+    scheduler = torch.optim.lr_scheduler.ExponentialLR(loop.optimizer, gamma=0.5)
+    loop.after("optimizer_step", lambda self: scheduler.step())
+    hw.add_callback(loop, ht.Rollback(every=4))
+    rates = []
+    for x, y in _batches(n=8, bad={6: "nan"}):
+        loop.step(x, y)
+        rates.append(loop.optimizer.param_groups[0]["lr"])
+    assert rates == [0.05 * 0.5 ** k for k in range(1, 9)]

@@ -155,8 +155,8 @@ class BestCheckpoint(MonitoredCallback):
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
-            safetensors.torch.save_model(model, str(temporary), metadata={
-                "monitor": str(self.monitor), "value": repr(value), "step": str(self.step)})
+            safetensors.torch.save_model(model, str(temporary), metadata={  # "format": as save_pretrained writes
+                "format": "pt", "monitor": str(self.monitor), "value": repr(value), "step": str(self.step)})
             os.replace(temporary, path)
         finally:
             temporary.unlink(missing_ok=True)
@@ -427,6 +427,10 @@ class Checkpoint(MonitoredCallback):
             if getattr(self, setting) is not None and not self.wants(target, self.step_event):
                 raise HookError(f"{self.where}: {setting} saves after a step, and the target has no "
                                 f"{self.step_event!r}. Pass step_event= the join point of one step.")
+        if self.async_write and not wants_fit:
+            raise HookError(f"{self.where}: async_write commits (or raises) its last background write when fit "
+                            f"ends, and the target has no {self.fit_event!r}: a failure there would go unheard. "
+                            f"Pass fit_event= the join point of the run, or leave async_write off.")
         if self.resume_from is not None and not wants_fit:
             raise HookError(f"{self.where}: resume_from restores at the start of fit, and the target has "
                             f"no {self.fit_event!r}. Pass fit_event=, or call checkpoint.resume(obj).")
@@ -858,12 +862,7 @@ class Checkpoint(MonitoredCallback):
             return
         job.thread.join()
         if job.failure is not None:
-            self.top_k = list(self._kept)  # as the folder holds it
-            for name in job.new_best:
-                try:
-                    self.io.remove(self.dir / name)
-                except OSError:
-                    pass  # the error raised is the write's
+            self._roll_back(job.new_best)  # top-k as the folder holds it, nothing pending or evicted
             raise HookError(f"{self.where}: writing {', '.join(job.names)} (step {job.step}) in the background "
                             f"failed: {job.failure!r}. The files and the top-k are as at the last write.") \
                 from job.failure
@@ -906,7 +905,13 @@ class Checkpoint(MonitoredCallback):
 
     def _resume_at_fit(self, obj: Any) -> None:
         assert self.resume_from is not None
-        self.resume(obj, self.resume_from, missing_ok=str(self.resume_from) in ("last", "best"))
+        try:
+            self.resume(obj, self.resume_from, missing_ok=str(self.resume_from) in ("last", "best"))
+        except BaseException:
+            # The run never started: an on_exception save now would write the untrained
+            # model over the very file it failed to resume from.
+            self._interrupted = True
+            raise
 
     def resolve(self, path: str | os.PathLike[str]) -> StoragePath | None:
         """``"last"``: ``dir/last.pt``; ``"best"``: the best top-k file (None before

@@ -62,5 +62,24 @@ class EvaluateFirst(ShippedCallback):
         if obj is None:
             raise HookError(f"{self.where}: the step ({self.step_event!r}) is a function, with no object whose "
                             f"{self.event!r} to call. Evaluate first yourself, before the loop.")
-        getattr(obj, self._method)()
+        modes = _training_modes(obj)
+        try:
+            getattr(obj, self._method)()
+        finally:
+            for module, training in modes:  # an evaluate() that switched to eval() leaves training as it was
+                module.training = training
         self.evaluations += 1
+
+
+def _training_modes(obj: Any) -> list[tuple[Any, bool]]:
+    """Each module of ``obj`` (itself, if it is one, and its attributes that are),
+    with its ``training`` flag now."""
+    import torch
+
+    tops = ([obj] if isinstance(obj, torch.nn.Module) else []) + \
+        [value for value in vars(obj).values() if isinstance(value, torch.nn.Module)]
+    seen: dict[int, tuple[Any, bool]] = {}
+    for top in tops:
+        for module in top.modules():
+            seen.setdefault(id(module), (module, module.training))
+    return list(seen.values())

@@ -524,7 +524,7 @@ class MetricsLogger(Defers, QueuesReadBacks, CountingCallback):
         if self.tensorboard is None:
             raise HookError(f"MetricsLogger: a histogram ({name!r}) goes to TensorBoard, and this logger writes "
                             f"none: pass tensorboard= a folder (pip install tensorboard).")
-        self.tensorboard.log_histogram(name, values, step)
+        self.tensorboard.log_histogram(name, values, self._loops_step() if self.step_from is not None else step)
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
         """The logger protocol (``MetricsSink``): each value, as ``log(name, value, step)``."""

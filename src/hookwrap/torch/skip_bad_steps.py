@@ -265,7 +265,8 @@ class Rollback(SkipBadSteps):
     at fault, not a batch. Each rollback is a WARNING and a row ``name`` (the count so
     far) into ``logger``; ``rolled_back`` lists ``(step, back to step, why)``. The
     step counts of the run go on (a framework's global step is its own): only the
-    weights and the optimizer's state go back. The copy costs the memory of the model
+    weights and the optimizer's state go back, not its settings (the learning rate a
+    scheduler set since the copy stays). The copy costs the memory of the model
     and its optimizer's state once, and a copy every ``every`` updates."""
 
     def __init__(self, *, every: int = 100, model: Any = "model", max_rollbacks: int = 3, device: Any = "cpu",
@@ -296,7 +297,13 @@ class Rollback(SkipBadSteps):
         after, weights, state = self._copy
         model = from_object(obj, self.model, "model", self.where)
         model.load_state_dict(weights)
-        _unwrapped(optimizer).load_state_dict(_copied(state, None))  # its own copy: the kept one stays as it is
+        inner = _unwrapped(optimizer)
+        # The optimizer's state goes back, not its settings: the learning rate a scheduler
+        # has set since the copy stays (loading would restore the copy's too).
+        settings = [{key: value for key, value in group.items() if key != "params"} for group in inner.param_groups]
+        inner.load_state_dict(_copied(state, None))  # its own copy: the kept one stays as it is
+        for group, kept in zip(inner.param_groups, settings):
+            group.update(kept)
         self.rolled_back.append((step, after, why))
         self._made_since = 0
         log.warning("%s: rolled the model and optimizer back to their state after step %d (%d rollbacks so far).",
