@@ -34,7 +34,7 @@ class BadReplay(Exception):
 
 
 def plan_replay(callbacks: list[Any], whens: list[Any], exprs: list[Any], script_is_fit: bool,
-                state_option: str | None, events: set[str]) -> Replay | None:
+                state_option: str | None, events: Callable[[], set[str]]) -> Replay | None:
     """The replay a ``Checkpoint(resume_from=...)`` among ``callbacks`` asks for, with
     the step it resumes at read from its file; None when there is nothing to replay
     (no such Checkpoint, a ``fit`` join point of the script's own, or ``"last"``/
@@ -64,7 +64,7 @@ def plan_replay(callbacks: list[Any], whens: list[Any], exprs: list[Any], script
             raise BadReplay(f"{where}: {what}={setting!r} is read from the run's join point, and a script's run "
                             f"has no object to read it from. Name the script's global: {what}='__main__:{setting}'.")
     step_event = checkpoint.step_event
-    if step_event not in events:
+    if step_event not in events():  # the join points' names, gathered only where a resume asks
         raise BadReplay(f"{where}: resume_from on a script replays its first steps without their updates to reach "
                         f"the saved one, and no join point is {step_event!r}. Add --preset torch_optim (each "
                         f"optimizer's step), or --weave {step_event}=MODULE:FUNCTION.")

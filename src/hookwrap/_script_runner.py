@@ -271,7 +271,9 @@ class Runner:
     def _plan_replay(self) -> None:
         from ._joinpoints import all_join_points
 
-        events = {jp.event for jp in all_join_points()} | {target.event or target.attr for target in self.weaves}
+        def events() -> set[str]:
+            return {jp.event for jp in all_join_points()} | {target.event or target.attr for target in self.weaves}
+
         try:
             self._replay = plan_replay(self.callbacks, self._when, self.callback_exprs, not self._makes_fit(),
                                        self.state, events)

@@ -147,19 +147,15 @@ class BestCheckpoint(MonitoredCallback):
         log.info("%s: saved the best %s so far, %.6g, at step %d", self.where, self.monitor, value, self.step)
 
     def _save_safetensors(self, model: Any, value: float) -> None:
-        """The weights with ``safetensors.torch.save_model``, atomically (a temporary
-        file in the folder, then renamed over ``path``)."""
+        """The weights with ``safetensors.torch.save_model``, atomically, as every
+        checkpoint file is written (``CheckpointIO.replace_atomically``)."""
         import safetensors.torch
 
         path = Path(str(self.path))  # a local file (a URL is refused when made)
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            safetensors.torch.save_model(model, str(temporary), metadata={  # "format": as save_pretrained writes
-                "format": "pt", "monitor": str(self.monitor), "value": repr(value), "step": str(self.step)})
-            os.replace(temporary, path)
-        finally:
-            temporary.unlink(missing_ok=True)
+        metadata = {"format": "pt",  # as save_pretrained writes it
+                    "monitor": str(self.monitor), "value": repr(value), "step": str(self.step)}
+        self.io.replace_atomically(path, lambda tmp: safetensors.torch.save_model(model, str(tmp), metadata=metadata))
         self.saved += 1
         log.info("%s: saved the best %s so far, %.6g, at step %d", self.where, self.monitor, value, self.step)
 

@@ -22,7 +22,7 @@ import sys
 import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 from ..errors import HookError
 from ..extend import anchored, process_rank, weights_only_load
@@ -221,11 +221,21 @@ class CheckpointIO:
 
     def write_atomically(self, path: Path, data: bytes) -> None:
         """``data`` as the whole of ``path``: a temporary file beside it, then renamed."""
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
+        def write(tmp: Path) -> None:
             with open(tmp, "wb") as f:
                 f.write(data)
-                f.flush()
+
+        self.replace_atomically(path, write)
+
+    @staticmethod
+    def replace_atomically(path: Path, write: Callable[[Path], None]) -> None:
+        """``write(tmp)`` makes the file at a temporary path beside ``path``
+        (``.NAME.PID.tmp``, what ``remove_stray_temporaries`` sweeps), which is synced
+        to disk, then renamed over ``path``: whole or not at all."""
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            write(tmp)
+            with open(tmp, "rb+") as f:
                 os.fsync(f.fileno())
             os.replace(tmp, path)  # atomic on POSIX and Windows
         finally:
